@@ -1,0 +1,203 @@
+-- Tool registry and per-user permissions.
+
+-- Register (or re-register) a tool. Validates the table and every column
+-- named, and fails with a message that says what to fix.
+CREATE OR REPLACE FUNCTION agentdb.register_tool(
+    name text,
+    action text,
+    target regclass,
+    label_zh text,
+    label_en text,
+    key_columns text [] DEFAULT NULL,
+    owner_column text DEFAULT NULL,
+    compare_columns text [] DEFAULT NULL,
+    dedup_columns text [] DEFAULT NULL,
+    conflict_check regprocedure DEFAULT NULL,
+    risk text DEFAULT 'write',
+    version_column text DEFAULT NULL,
+    description text DEFAULT NULL,
+    needs_confirm boolean DEFAULT false,
+    max_rows integer DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_cols text [];
+    v_keys text [];
+    v_col text;
+    v_kind "char";
+    v_proc record;
+BEGIN
+    IF name IS NULL OR name !~ '^[a-z][a-z0-9_]{0,62}$' THEN
+        RAISE EXCEPTION 'tool name % is not valid', coalesce(quote_literal(name), 'NULL')
+            USING HINT = 'Use lower-case letters, digits and underscores, starting with a letter.',
+                  ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF action IS NULL OR action NOT IN ('insert', 'update', 'delete') THEN
+        RAISE EXCEPTION 'tool %: action must be insert, update or delete, not %', name, coalesce(action, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF risk IS NULL OR risk NOT IN ('read', 'write', 'irreversible') THEN
+        RAISE EXCEPTION 'tool %: risk must be read, write or irreversible, not %', name, coalesce(risk, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF target IS NULL THEN
+        RAISE EXCEPTION 'tool %: target table is required', name USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT c.relkind INTO v_kind FROM pg_catalog.pg_class AS c WHERE c.oid = target;
+    IF v_kind NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION 'tool %: % is not a table', name, target
+            USING HINT = 'Tools write to ordinary or partitioned tables, not views or sequences.',
+                  ERRCODE = 'wrong_object_type';
+    END IF;
+    IF target::text LIKE 'agentdb%' OR (SELECT n.nspname FROM pg_catalog.pg_class AS c
+            JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace WHERE c.oid = target)
+            IN ('agentdb', 'agentdb_private', 'pg_catalog', 'information_schema') THEN
+        RAISE EXCEPTION 'tool %: % belongs to agentdb or the system and cannot be a tool target', name, target
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF coalesce(trim(label_zh), '') = '' OR coalesce(trim(label_en), '') = '' THEN
+        RAISE EXCEPTION 'tool %: both label_zh and label_en are required', name
+            USING HINT = 'Labels are the everyday phrase a user sees, e.g. 记一条提醒 / set a reminder.',
+                  ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    SELECT array_agg(t.column_name) INTO v_cols FROM agentdb_private.table_columns(target) AS t;
+    v_keys := coalesce(key_columns, agentdb_private.primary_key(target));
+    IF cardinality(v_keys) = 0 THEN
+        RAISE EXCEPTION 'tool %: % has no primary key, so key_columns must be given', name, target
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    FOREACH v_col IN ARRAY v_keys || coalesce(compare_columns, '{}') || coalesce(dedup_columns, '{}')
+            || ARRAY[owner_column, version_column] LOOP
+        IF v_col IS NOT NULL AND NOT v_col = ANY (v_cols) THEN
+            RAISE EXCEPTION 'tool %: table % has no column %', name, target, quote_literal(v_col)
+                USING HINT = format('Columns of %s: %s', target, array_to_string(v_cols, ', ')),
+                      ERRCODE = 'undefined_column';
+        END IF;
+    END LOOP;
+
+    IF dedup_columns IS NOT NULL AND action <> 'insert' THEN
+        RAISE EXCEPTION 'tool %: dedup_columns only apply to insert tools', name
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF version_column IS NOT NULL AND action <> 'update' THEN
+        RAISE EXCEPTION 'tool %: version_column only applies to update tools', name
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    IF conflict_check IS NOT NULL THEN
+        SELECT p.pronargs, p.proargtypes::oid [] AS argtypes, p.prorettype INTO v_proc
+          FROM pg_catalog.pg_proc AS p WHERE p.oid = conflict_check;
+        IF v_proc.pronargs <> 2 OR v_proc.argtypes[0] <> 'text'::regtype
+                OR v_proc.argtypes[1] <> 'jsonb'::regtype
+                OR v_proc.prorettype NOT IN ('text'::regtype, 'jsonb'::regtype) THEN
+            RAISE EXCEPTION 'tool %: conflict check % must take (user_id text, args jsonb) and return text or jsonb', name, conflict_check
+                USING HINT = 'Return NULL when there is no conflict, or the reason as text (or jsonb {reason, alternative}).',
+                      ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+
+    INSERT INTO agentdb_private.tools AS t (
+        name, action, target, label_zh, label_en, description, key_columns, owner_column,
+        compare_columns, dedup_columns, conflict_check, risk, version_column, needs_confirm, max_rows
+    ) VALUES (
+        register_tool.name, register_tool.action, register_tool.target, register_tool.label_zh,
+        register_tool.label_en, register_tool.description, v_keys, register_tool.owner_column,
+        register_tool.compare_columns, register_tool.dedup_columns, register_tool.conflict_check,
+        register_tool.risk, register_tool.version_column, coalesce(register_tool.needs_confirm, false),
+        register_tool.max_rows
+    )
+    ON CONFLICT ON CONSTRAINT tools_pkey DO UPDATE SET
+        action = excluded.action, target = excluded.target, label_zh = excluded.label_zh,
+        label_en = excluded.label_en, description = excluded.description,
+        key_columns = excluded.key_columns, owner_column = excluded.owner_column,
+        compare_columns = excluded.compare_columns, dedup_columns = excluded.dedup_columns,
+        conflict_check = excluded.conflict_check, risk = excluded.risk,
+        version_column = excluded.version_column, needs_confirm = excluded.needs_confirm,
+        max_rows = excluded.max_rows, updated_at = now();
+
+    RETURN (SELECT to_jsonb(t) FROM agentdb.tools AS t WHERE t.name = register_tool.name);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION agentdb.unregister_tool(name text)
+RETURNS boolean
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH gone AS (
+        DELETE FROM agentdb_private.tools AS t WHERE t.name = unregister_tool.name RETURNING 1
+    )
+    SELECT count(*) > 0 FROM gone
+$$;
+
+-- Grant WRITE or DELETE to a user, for one tool, one table, or (both NULL) every tool.
+CREATE OR REPLACE FUNCTION agentdb.grant_permission(
+    user_id text, permission text, tool text DEFAULT NULL, target regclass DEFAULT NULL
+)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_perm text := upper(trim(permission));
+BEGIN
+    IF coalesce(trim(user_id), '') = '' THEN
+        RAISE EXCEPTION 'user_id is required' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF v_perm IS NULL OR v_perm NOT IN ('WRITE', 'DELETE') THEN
+        RAISE EXCEPTION 'permission must be WRITE or DELETE, not %', coalesce(permission, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF tool IS NOT NULL AND NOT EXISTS (SELECT 1 FROM agentdb_private.tools AS t WHERE t.name = grant_permission.tool) THEN
+        RAISE EXCEPTION 'no tool named %', quote_literal(tool)
+            USING HINT = 'See SELECT name FROM agentdb.tools.', ERRCODE = 'undefined_object';
+    END IF;
+    INSERT INTO agentdb_private.permissions (user_id, permission, tool, target)
+    VALUES (grant_permission.user_id, v_perm, grant_permission.tool, grant_permission.target)
+    ON CONFLICT DO NOTHING;
+    RETURN true;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION agentdb.revoke_permission(
+    user_id text, permission text, tool text DEFAULT NULL, target regclass DEFAULT NULL
+)
+RETURNS boolean
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH gone AS (
+        DELETE FROM agentdb_private.permissions AS p
+         WHERE p.user_id = revoke_permission.user_id
+           AND p.permission = upper(trim(revoke_permission.permission))
+           AND p.tool IS NOT DISTINCT FROM revoke_permission.tool
+           AND p.target IS NOT DISTINCT FROM revoke_permission.target
+        RETURNING 1
+    )
+    SELECT count(*) > 0 FROM gone
+$$;
+
+-- Does this user hold the permission for this tool (by tool, by table, or for all)?
+CREATE OR REPLACE FUNCTION agentdb_private.has_permission(
+    p_user text, p_permission text, p_tool text, p_target regclass
+)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM agentdb_private.permissions AS p
+         WHERE p.user_id = p_user
+           AND p.permission = p_permission
+           AND (p.tool = p_tool OR p.target = p_target OR (p.tool IS NULL AND p.target IS NULL))
+    )
+$$;

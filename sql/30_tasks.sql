@@ -1,0 +1,115 @@
+-- Tasks: one per user message, opened and settled by the trusted runtime.
+-- Identity and login state come from here, never from tool arguments.
+
+CREATE OR REPLACE FUNCTION agentdb.begin_task(
+    user_id text,
+    conversation_id text,
+    goal text DEFAULT NULL,
+    authenticated boolean DEFAULT false,
+    lang text DEFAULT 'zh'
+)
+RETURNS uuid
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id uuid;
+BEGIN
+    IF coalesce(trim(user_id), '') = '' THEN
+        RAISE EXCEPTION 'begin_task: user_id is required'
+            USING HINT = 'Pass an anonymous id (for example the session id) with authenticated => false for guests.',
+                  ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF coalesce(trim(conversation_id), '') = '' THEN
+        RAISE EXCEPTION 'begin_task: conversation_id is required' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF coalesce(lang, 'zh') NOT IN ('zh', 'en') THEN
+        RAISE EXCEPTION 'begin_task: lang must be zh or en, not %', lang USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO agentdb_private.tasks (user_id, conversation_id, goal, authenticated, lang)
+    VALUES (begin_task.user_id, begin_task.conversation_id, left(begin_task.goal, 2000),
+            coalesce(begin_task.authenticated, false), coalesce(begin_task.lang, 'zh'))
+    RETURNING id INTO v_id;
+    RETURN v_id;
+END
+$$;
+
+-- Record a replan: step numbering continues where it was (seq never restarts).
+CREATE OR REPLACE FUNCTION agentdb.replan(task uuid)
+RETURNS integer
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE agentdb_private.tasks AS t SET replans = t.replans + 1
+     WHERE t.id = replan.task AND t.status = 'running'
+    RETURNING t.replans
+$$;
+
+-- The status a task's steps add up to: all ok -> success, none -> failed, else partial.
+CREATE OR REPLACE FUNCTION agentdb_private.settled_status(p_task uuid)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN count(*) = 0 THEN 'failed'
+        WHEN bool_and(s.outcome = 'success' AND s.verified) THEN 'success'
+        WHEN bool_or(s.outcome = 'success' AND s.verified) THEN 'partial'
+        ELSE 'failed'
+    END
+      FROM agentdb_private.steps AS s
+     WHERE s.task_id = p_task
+$$;
+
+-- Settle a task. Settling twice returns the first result.
+CREATE OR REPLACE FUNCTION agentdb.finish_task(task uuid)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_status text;
+BEGIN
+    SELECT t.status INTO v_status FROM agentdb_private.tasks AS t WHERE t.id = finish_task.task FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'finish_task: no task %', finish_task.task USING ERRCODE = 'no_data_found';
+    END IF;
+    IF v_status <> 'running' THEN
+        RETURN v_status;
+    END IF;
+    v_status := agentdb_private.settled_status(finish_task.task);
+    UPDATE agentdb_private.tasks AS t
+       SET status = v_status, finished_at = clock_timestamp(), settled_by = 'finish_task'
+     WHERE t.id = finish_task.task;
+    RETURN v_status;
+END
+$$;
+
+-- Settle tasks a crashed runtime left running. Returns how many were settled.
+CREATE OR REPLACE FUNCTION agentdb.reap_tasks(older_than interval DEFAULT '1 hour')
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    WITH stale AS (
+        SELECT t.id FROM agentdb_private.tasks AS t
+         WHERE t.status = 'running' AND t.created_at < clock_timestamp() - older_than
+         FOR UPDATE SKIP LOCKED
+    )
+    UPDATE agentdb_private.tasks AS t
+       SET status = agentdb_private.settled_status(t.id),
+           finished_at = clock_timestamp(),
+           settled_by = 'reap_tasks'
+      FROM stale
+     WHERE t.id = stale.id;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;

@@ -1,0 +1,112 @@
+-- Step and audit rows, and the receipt built from them.
+
+-- The user-facing sentence for a result: the most specific catalogue entry
+-- (detail.<outcome>.<refusal>) or the outcome's general one.
+CREATE OR REPLACE FUNCTION agentdb_private.detail_text(p_result jsonb, p_label text, p_lang text)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT agentdb_private.msg(
+        coalesce(
+            (SELECT m.code FROM agentdb_private.messages AS m
+              WHERE m.code = 'detail.' || (p_result ->> 'outcome') || '.' || (p_result ->> 'refusal')
+              LIMIT 1),
+            'detail.' || (p_result ->> 'outcome')),
+        p_lang,
+        jsonb_build_object(
+            'label', p_label,
+            'attempts', coalesce(p_result ->> 'attempts', '1'),
+            'expected', p_result ->> 'expected_rows',
+            'matched', p_result ->> 'matched_rows',
+            'reason', coalesce(p_result #>> '{conflict,reason}', '')))
+$$;
+
+-- Write the step row and the audit row for one call and return its receipt.
+-- p_task may be NULL (unknown task): then only the audit row is written.
+CREATE OR REPLACE FUNCTION agentdb_private.record_step(
+    p_task agentdb_private.tasks,
+    p_seq integer,
+    p_tool_name text,
+    p_tool agentdb_private.tools,
+    p_args jsonb,
+    p_reason text,
+    p_call_id text,
+    p_started timestamptz,
+    p_result jsonb
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_lang text := coalesce(p_task.lang, 'zh');
+    v_label text := CASE WHEN v_lang = 'en' THEN p_tool.label_en ELSE p_tool.label_zh END;
+    v_outcome text := p_result ->> 'outcome';
+    v_verified boolean := coalesce((p_result ->> 'verified')::boolean, false);
+    v_status text;
+    v_step_id bigint;
+    v_receipt jsonb;
+    v_args jsonb := p_args;
+BEGIN
+    IF v_label IS NULL THEN
+        v_label := CASE WHEN v_lang = 'en' THEN 'this action' ELSE '这个操作' END;
+    END IF;
+    -- Oversized arguments are not stored whole: the refusal already says why.
+    IF v_args IS NOT NULL AND octet_length(v_args::text) > agentdb_private.max_args_bytes() THEN
+        v_args := jsonb_build_object('_truncated', true, 'bytes', octet_length(p_args::text));
+    END IF;
+    v_status := CASE
+        WHEN v_outcome = 'success' AND v_verified THEN 'SUCCESS'
+        WHEN v_outcome IN ('refused', 'invalid', 'needs_confirmation', 'duplicate', 'conflict') THEN 'REFUSED'
+        ELSE 'FAILED'
+    END;
+
+    v_receipt := jsonb_build_object(
+        'task_id', p_task.id,
+        'seq', p_seq,
+        'call_id', p_call_id,
+        'tool', p_tool_name,
+        'action', p_tool.action,
+        'label', v_label,
+        'outcome', v_outcome,
+        'refusal', p_result -> 'refusal',
+        'verified', v_outcome = 'success' AND v_verified,
+        'affected_rows', CASE WHEN v_outcome = 'success' THEN coalesce((p_result ->> 'affected_rows')::int, 0) ELSE 0 END,
+        'attempts', coalesce((p_result ->> 'attempts')::int, 0),
+        'key', p_result -> 'key',
+        'row', p_result -> 'row',
+        'detail', agentdb_private.detail_text(p_result, v_label, v_lang)
+    ) || jsonb_strip_nulls(jsonb_build_object(
+        'field', p_result -> 'field',
+        'existing', p_result -> 'existing',
+        'conflict', p_result -> 'conflict',
+        'mismatched', p_result -> 'mismatched',
+        'expected_rows', p_result -> 'expected_rows',
+        'matched_rows', p_result -> 'matched_rows'));
+
+    IF p_task.id IS NOT NULL THEN
+        INSERT INTO agentdb_private.steps (
+            task_id, seq, tool, action, args, reason, outcome, refusal, verified, attempts,
+            error, affected_rows, call_id, receipt, started_at
+        ) VALUES (
+            p_task.id, p_seq, p_tool_name, p_tool.action, v_args, left(p_reason, 500), v_outcome,
+            p_result ->> 'refusal', v_outcome = 'success' AND v_verified,
+            coalesce((p_result ->> 'attempts')::int, 0), p_result ->> 'error',
+            (v_receipt ->> 'affected_rows')::int, p_call_id, v_receipt, p_started
+        ) RETURNING id INTO v_step_id;
+        -- Steps are append-only, so the stored receipt has no step id of its
+        -- own; the returned copy (and every replay) adds it from the row.
+        v_receipt := jsonb_build_object('step_id', v_step_id) || v_receipt;
+    END IF;
+
+    INSERT INTO agentdb_private.audit (
+        task_id, step_id, user_id, tool, action, target, status, outcome, refusal, detail
+    ) VALUES (
+        p_task.id, v_step_id, p_task.user_id, p_tool_name, p_tool.action, p_tool.target::text,
+        v_status, v_outcome, p_result ->> 'refusal',
+        coalesce(p_result ->> 'error', v_receipt ->> 'detail')
+    );
+    RETURN v_receipt;
+END
+$$;

@@ -1,0 +1,165 @@
+-- Views for runtimes (agentdb.tools) and for DBAs (v_*). Owned by the
+-- installer, so readers need no rights on the private tables.
+
+-- JSON Schema of a tool's arguments, derived from its table's column types.
+CREATE OR REPLACE FUNCTION agentdb_private.args_schema(p_tool agentdb_private.tools)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH cols AS (
+        SELECT c.*,
+               d.description AS comment
+          FROM agentdb_private.table_columns(p_tool.target) AS c
+          LEFT JOIN pg_catalog.pg_attribute AS a
+            ON a.attrelid = p_tool.target AND a.attname = c.column_name
+          LEFT JOIN pg_catalog.pg_description AS d
+            ON d.objoid = p_tool.target AND d.classoid = 'pg_class'::regclass AND d.objsubid = a.attnum
+         WHERE c.column_name IS DISTINCT FROM p_tool.owner_column
+           AND (p_tool.action <> 'delete' OR c.column_name = ANY (p_tool.key_columns))
+           -- Generated keys (identity, serial) are the database's to choose.
+           AND (p_tool.action <> 'insert' OR NOT (a.attidentity <> '' OR a.attgenerated <> ''
+                OR (c.has_default AND c.column_name = ANY (p_tool.key_columns))))
+    )
+    SELECT jsonb_build_object(
+        'type', 'object',
+        'properties', coalesce(jsonb_object_agg(
+            cols.column_name,
+            agentdb_private.json_schema_of(cols.type_oid, cols.type_name)
+            || CASE WHEN cols.comment IS NULL THEN '{}' ELSE jsonb_build_object('description', cols.comment) END
+        ), '{}'),
+        'required', coalesce(jsonb_agg(cols.column_name) FILTER (
+            WHERE CASE p_tool.action
+                WHEN 'insert' THEN cols.not_null AND NOT cols.has_default
+                ELSE cols.column_name = ANY (p_tool.key_columns)
+                     OR cols.column_name IS NOT DISTINCT FROM p_tool.version_column
+            END), '[]'),
+        'additionalProperties', false
+    )
+      FROM cols
+$$;
+
+CREATE OR REPLACE VIEW agentdb.tools AS
+SELECT
+    t.name,
+    t.action,
+    t.target::text AS target,
+    t.label_zh,
+    t.label_en,
+    coalesce(t.description, t.label_en) AS description,
+    t.key_columns,
+    t.owner_column,
+    t.compare_columns,
+    t.dedup_columns,
+    t.conflict_check::text AS conflict_check,
+    t.risk,
+    t.version_column,
+    t.needs_confirm OR t.risk = 'irreversible' AS needs_confirm,
+    t.max_rows,
+    agentdb_private.args_schema(t) AS args_schema,
+    t.created_at,
+    t.updated_at
+FROM agentdb_private.tools AS t;
+
+CREATE OR REPLACE VIEW agentdb.permissions AS
+SELECT
+    p.user_id,
+    p.permission,
+    p.tool,
+    p.target::text AS target,
+    p.granted_at
+FROM agentdb_private.permissions AS p;
+
+CREATE OR REPLACE VIEW agentdb.v_tasks AS
+SELECT
+    t.id AS task_id,
+    t.user_id,
+    t.conversation_id,
+    t.goal,
+    t.authenticated,
+    t.status,
+    t.replans,
+    t.closed_at,
+    t.created_at,
+    t.finished_at,
+    t.settled_by,
+    count(s.id) AS steps,
+    count(s.id) FILTER (WHERE s.outcome = 'success' AND s.verified) AS verified_steps,
+    count(s.id) FILTER (WHERE NOT (s.outcome = 'success' AND s.verified)) AS failed_steps
+FROM agentdb_private.tasks AS t
+LEFT JOIN agentdb_private.steps AS s ON t.id = s.task_id
+GROUP BY t.id;
+
+CREATE OR REPLACE VIEW agentdb.v_steps AS
+SELECT
+    s.id AS step_id,
+    s.task_id,
+    t.user_id,
+    s.seq,
+    s.tool,
+    s.action,
+    s.args,
+    s.reason,
+    s.outcome,
+    s.refusal,
+    s.verified,
+    s.attempts,
+    s.affected_rows,
+    s.error,
+    s.call_id,
+    s.receipt ->> 'detail' AS detail,
+    s.started_at,
+    s.finished_at,
+    s.finished_at - s.started_at AS duration
+FROM agentdb_private.steps AS s
+INNER JOIN agentdb_private.tasks AS t ON s.task_id = t.id;
+
+CREATE OR REPLACE VIEW agentdb.v_audit AS
+SELECT
+    a.id AS audit_id,
+    a.at,
+    a.task_id,
+    a.step_id,
+    a.user_id,
+    a.tool,
+    a.action,
+    a.target,
+    a.status,
+    a.outcome,
+    a.refusal,
+    a.detail,
+    a.db_role
+FROM agentdb_private.audit AS a;
+
+-- One row per step a DBA should look at.
+CREATE OR REPLACE VIEW agentdb.v_problems AS
+SELECT
+    s.step_id,
+    s.task_id,
+    s.user_id,
+    s.seq,
+    s.tool,
+    s.outcome,
+    s.refusal,
+    s.attempts,
+    s.error,
+    s.finished_at AS at,
+    CASE
+        WHEN s.outcome = 'unverified' THEN 'unverified'
+        WHEN s.outcome = 'failed' THEN 'failed'
+        WHEN s.outcome = 'success' AND s.attempts > 1 THEN 'second_attempt'
+        ELSE 'refused'
+    END AS problem
+FROM agentdb.v_steps AS s
+WHERE s.outcome IN ('unverified', 'failed') OR s.attempts > 1;
+
+CREATE OR REPLACE VIEW agentdb.v_errors_by_tool AS
+SELECT
+    s.tool,
+    s.outcome,
+    s.refusal,
+    count(*) AS steps,
+    max(s.finished_at) AS last_at
+FROM agentdb_private.steps AS s
+WHERE NOT (s.outcome = 'success' AND s.verified)
+GROUP BY s.tool, s.outcome, s.refusal;
