@@ -145,3 +145,11 @@ CREATE TABLE agentdb_private.messages (
     body text NOT NULL,
     PRIMARY KEY (code, lang)
 );
+
+-- What sql/ looked like at each install, so a re-install with no change is a no-op.
+CREATE TABLE agentdb_private.install_log (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    sql_sha256 text NOT NULL,
+    installed_by text NOT NULL DEFAULT current_user,
+    installed_at timestamptz NOT NULL DEFAULT now()
+);

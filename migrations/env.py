@@ -1,0 +1,75 @@
+"""Alembic environment for pyagentdb.
+
+Tables come from the versioned revisions in versions/. After an upgrade, the
+functions, views and triggers are re-applied from sql/ (all CREATE OR REPLACE),
+unless the checksum recorded at the last install says nothing changed.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from pyagentdb import resources
+
+VERSION_TABLE = "agentdb_alembic_version"
+config = context.config
+
+
+def _apply_sql_online(connection) -> None:
+    checksum = resources.sql_checksum()
+    raw = connection.connection.driver_connection
+    last = raw.execute(
+        "SELECT sql_sha256 FROM agentdb_private.install_log ORDER BY id DESC LIMIT 1"
+    ).fetchone()
+    if last and last[0] == checksum and not config.attributes.get("force_sql"):
+        return
+    for path in resources.sql_files():
+        raw.execute(path.read_text(encoding="utf-8"))
+    raw.execute(
+        "INSERT INTO agentdb_private.install_log (sql_sha256) VALUES (%s)", (checksum,)
+    )
+
+
+def _apply_sql_offline() -> None:
+    for path in resources.sql_files():
+        context.execute(f"-- from sql/{path.name}\n" + path.read_text(encoding="utf-8").rstrip().rstrip(";"))
+    context.execute(
+        "INSERT INTO agentdb_private.install_log (sql_sha256) "
+        f"VALUES ('{resources.sql_checksum()}')"
+    )
+
+
+def run_offline() -> None:
+    context.configure(
+        url="postgresql+psycopg://",
+        literal_binds=True,
+        version_table=VERSION_TABLE,
+        transaction_per_migration=False,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+        if config.attributes.get("apply_sql"):
+            _apply_sql_offline()
+
+
+def run_online() -> None:
+    dsn = config.attributes["dsn"]
+    engine = create_engine(
+        "postgresql+psycopg://", creator=lambda: psycopg.connect(dsn), poolclass=pool.NullPool
+    )
+    with engine.connect() as connection:
+        context.configure(connection=connection, version_table=VERSION_TABLE)
+        with context.begin_transaction():
+            # One installer at a time: a second concurrent install waits, then finds head.
+            connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7415926535)")
+            context.run_migrations()
+            if config.attributes.get("apply_sql"):
+                _apply_sql_online(connection)
+
+
+if context.is_offline_mode():
+    run_offline()
+else:
+    run_online()

@@ -1,0 +1,60 @@
+"""Install and upgrade the agentdb schema through alembic (explicitly; never on connect)."""
+
+from __future__ import annotations
+
+import io
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from . import resources
+
+VERSION_TABLE = "agentdb_alembic_version"
+
+
+def _config(dsn: str | None = None, *, apply_sql: bool = True, stdout=None) -> Config:
+    cfg = Config(stdout=stdout) if stdout is not None else Config()
+    cfg.set_main_option("script_location", str(resources.migrations_dir()))
+    cfg.attributes["dsn"] = dsn
+    cfg.attributes["apply_sql"] = apply_sql
+    return cfg
+
+
+def head_revision() -> str:
+    return ScriptDirectory.from_config(_config()).get_current_head()
+
+
+def current_revision(conn) -> str | None:
+    """The installed revision, or None when the schema is not installed. `conn` is psycopg."""
+    row = conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL", (f"public.{VERSION_TABLE}",)
+    ).fetchone()
+    if not row[0]:
+        return None
+    found = conn.execute(f"SELECT version_num FROM public.{VERSION_TABLE}").fetchone()
+    return found[0] if found else None
+
+
+def upgrade(dsn: str, revision: str = "head", *, force_sql: bool = False) -> None:
+    cfg = _config(dsn)
+    cfg.attributes["force_sql"] = force_sql
+    command.upgrade(cfg, revision)
+
+
+def downgrade(dsn: str, revision: str = "base") -> None:
+    command.downgrade(_config(dsn, apply_sql=False), revision)
+
+
+def offline_sql(revision: str = "head") -> str:
+    """The full install script for DBAs who apply it by hand (psql -f)."""
+    out = io.StringIO()
+    cfg = _config(None, stdout=out)
+    cfg.output_buffer = out
+    command.upgrade(cfg, revision, sql=True)
+    return out.getvalue()
+
+
+__all__ = ["MigrationContext", "current_revision", "downgrade", "head_revision", "offline_sql",
+           "upgrade"]
