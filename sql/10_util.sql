@@ -20,7 +20,7 @@ $$;
 
 -- Primary-key columns of a table, in key order (empty when it has none).
 CREATE OR REPLACE FUNCTION agentdb_private.primary_key(p_table regclass)
-RETURNS text []
+RETURNS text[]
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$

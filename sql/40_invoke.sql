@@ -29,7 +29,7 @@ $$;
 
 -- SQL fragment: the names (of p_cols) that differ between t and r, joined
 -- by chr(31); empty when all match. Fixed shape so rows can be aggregated.
-CREATE OR REPLACE FUNCTION agentdb_private.mismatch_sql(p_cols text [], p_types jsonb)
+CREATE OR REPLACE FUNCTION agentdb_private.mismatch_sql(p_cols text[], p_types jsonb)
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -44,7 +44,7 @@ AS $$
 $$;
 
 -- SQL fragment: t.c = alias.c AND ... for the given columns.
-CREATE OR REPLACE FUNCTION agentdb_private.match_sql(p_cols text [], p_alias text, p_null_safe boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION agentdb_private.match_sql(p_cols text[], p_alias text, p_null_safe boolean DEFAULT false)
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
