@@ -1,0 +1,131 @@
+"""The `pyagentdb` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import psycopg
+
+from . import __version__, install, server
+
+
+def _target(args) -> server.Target:
+    return server.resolve(args.dsn, args.data_dir)
+
+
+def cmd_install(args) -> int:
+    if args.sql:
+        # For DBAs who apply it by hand: no server is needed or started.
+        sys.stdout.write(install.offline_sql())
+        return 0
+    target = _target(args)
+    with server.connect(target) as conn:
+        before = install.current_revision(conn)
+    install.upgrade(target.dsn, force_sql=args.force)
+    with server.connect(target) as conn:
+        after = install.current_revision(conn)
+    result = {"before": before, "after": after, "head": install.head_revision(),
+              "changed": before != after or args.force, "embedded": target.embedded}
+    if args.json:
+        print(json.dumps(result))
+    elif before == after:
+        print(f"agentdb schema already at {after}; functions and views are current.")
+    else:
+        print(f"agentdb schema installed: {before or 'empty'} -> {after}.")
+    return 0
+
+
+def cmd_uninstall(args) -> int:
+    if not args.yes:
+        print("pyagentdb: uninstall drops schemas agentdb and agentdb_private with every task, step "
+              "and audit row. Re-run with --yes to do it.", file=sys.stderr)
+        return 2
+    target = _target(args)
+    install.downgrade(target.dsn, "base")
+    print(json.dumps({"uninstalled": True}) if args.json else "agentdb schema removed (roles kept).")
+    return 0
+
+
+def cmd_status(args) -> int:
+    target = _target(args)
+    with server.connect(target) as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]
+        revision = install.current_revision(conn)
+        tools = None
+        if revision:
+            tools = conn.execute("SELECT count(*) FROM agentdb.tools").fetchone()[0]
+    status = {"server_version": version, "embedded": target.embedded,
+              "data_dir": str(target.data_dir) if target.data_dir else None,
+              "schema_revision": revision, "head": install.head_revision(), "tools": tools}
+    if args.json:
+        print(json.dumps(status))
+    else:
+        for key, value in status.items():
+            print(f"{key:15} {value}")
+        if revision is None:
+            print("schema not installed: run `pyagentdb install`", file=sys.stderr)
+    return 0 if revision == status["head"] else 1
+
+
+def cmd_demo(args) -> int:
+    from . import demo
+
+    target = _target(args)
+    color = False if args.no_color else None
+    return demo.run(target.dsn, lang=args.lang, color=color, as_json=args.json)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dsn", help="PostgreSQL connection string (default: $PYAGENTDB_DSN, "
+                        "else the embedded server)")
+    common.add_argument("--data-dir", help="data directory of the embedded server "
+                        "(default: $PYAGENTDB_DATA_DIR or the user data dir)")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+
+    parser = argparse.ArgumentParser(
+        prog="pyagentdb",
+        description="PostgreSQL-side enforcement that stops agents from saying 'done' when the "
+                    "database disagrees.")
+    parser.add_argument("--version", action="version", version=f"pyagentdb {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("install", parents=[common], help="install or upgrade the schema to head")
+    p.add_argument("--sql", action="store_true", help="print the install SQL instead of running it")
+    p.add_argument("--force", action="store_true", help="re-apply sql/ even if unchanged")
+    p.set_defaults(func=cmd_install)
+
+    p = sub.add_parser("uninstall", parents=[common], help="remove the schema (keeps roles)")
+    p.add_argument("--yes", action="store_true", help="really drop every task, step and audit row")
+    p.set_defaults(func=cmd_uninstall)
+
+    p = sub.add_parser("status", parents=[common], help="server and schema version")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("demo", parents=[common], help="walk through every failure class")
+    p.add_argument("--lang", choices=["en", "zh"], default="en", help="language the user reads")
+    p.add_argument("--no-color", action="store_true", help="no ANSI colour")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except server.ServerError as exc:
+        print(f"pyagentdb: {exc}", file=sys.stderr)
+        return 1
+    except psycopg.Error as exc:
+        print(f"pyagentdb: database error: {str(exc).strip()}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # e.g. `pyagentdb install --sql | head`
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
