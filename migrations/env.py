@@ -27,17 +27,14 @@ def _apply_sql_online(connection) -> None:
         return
     for path in resources.sql_files():
         raw.execute(path.read_text(encoding="utf-8"))
-    raw.execute(
-        "INSERT INTO agentdb_private.install_log (sql_sha256) VALUES (%s)", (checksum,)
-    )
+    raw.execute("INSERT INTO agentdb_private.install_log (sql_sha256) VALUES (%s)", (checksum,))
 
 
 def _apply_sql_offline() -> None:
     for path in resources.sql_files():
         context.execute(f"-- from sql/{path.name}\n" + path.read_text(encoding="utf-8").rstrip().rstrip(";"))
     context.execute(
-        "INSERT INTO agentdb_private.install_log (sql_sha256) "
-        f"VALUES ('{resources.sql_checksum()}')"
+        f"INSERT INTO agentdb_private.install_log (sql_sha256) VALUES ('{resources.sql_checksum()}')"
     )
 
 

@@ -26,8 +26,13 @@ def cmd_install(args) -> int:
     install.upgrade(target.dsn, force_sql=args.force)
     with server.connect(target) as conn:
         after = install.current_revision(conn)
-    result = {"before": before, "after": after, "head": install.head_revision(),
-              "changed": before != after or args.force, "embedded": target.embedded}
+    result = {
+        "before": before,
+        "after": after,
+        "head": install.head_revision(),
+        "changed": before != after or args.force,
+        "embedded": target.embedded,
+    }
     if args.json:
         print(json.dumps(result))
     elif before == after:
@@ -39,8 +44,11 @@ def cmd_install(args) -> int:
 
 def cmd_uninstall(args) -> int:
     if not args.yes:
-        print("pyagentdb: uninstall drops schemas agentdb and agentdb_private with every task, step "
-              "and audit row. Re-run with --yes to do it.", file=sys.stderr)
+        print(
+            "pyagentdb: uninstall drops schemas agentdb and agentdb_private with every task, step "
+            "and audit row. Re-run with --yes to do it.",
+            file=sys.stderr,
+        )
         return 2
     target = _target(args)
     install.downgrade(target.dsn, "base")
@@ -56,9 +64,14 @@ def cmd_status(args) -> int:
         tools = None
         if revision:
             tools = conn.execute("SELECT count(*) FROM agentdb.tools").fetchone()[0]
-    status = {"server_version": version, "embedded": target.embedded,
-              "data_dir": str(target.data_dir) if target.data_dir else None,
-              "schema_revision": revision, "head": install.head_revision(), "tools": tools}
+    status = {
+        "server_version": version,
+        "embedded": target.embedded,
+        "data_dir": str(target.data_dir) if target.data_dir else None,
+        "schema_revision": revision,
+        "head": install.head_revision(),
+        "tools": tools,
+    }
     if args.json:
         print(json.dumps(status))
     else:
@@ -79,16 +92,20 @@ def cmd_demo(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--dsn", help="PostgreSQL connection string (default: $PYAGENTDB_DSN, "
-                        "else the embedded server)")
-    common.add_argument("--data-dir", help="data directory of the embedded server "
-                        "(default: $PYAGENTDB_DATA_DIR or the user data dir)")
+    common.add_argument(
+        "--dsn", help="PostgreSQL connection string (default: $PYAGENTDB_DSN, else the embedded server)"
+    )
+    common.add_argument(
+        "--data-dir",
+        help="data directory of the embedded server (default: $PYAGENTDB_DATA_DIR or the user data dir)",
+    )
     common.add_argument("--json", action="store_true", help="machine-readable output")
 
     parser = argparse.ArgumentParser(
         prog="pyagentdb",
         description="PostgreSQL-side enforcement that stops agents from saying 'done' when the "
-                    "database disagrees.")
+        "database disagrees.",
+    )
     parser.add_argument("--version", action="version", version=f"pyagentdb {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

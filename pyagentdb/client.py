@@ -8,10 +8,10 @@ refusals come back as receipts, not exceptions.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,7 +150,9 @@ class Client:
         lang: str = "zh",
     ) -> Iterator[Task]:
         """Open a task for one user message; it is settled in `finally`, even on error."""
-        task = Task(self, self.begin_task(user_id, conversation_id, goal, authenticated=authenticated, lang=lang))
+        task = Task(
+            self, self.begin_task(user_id, conversation_id, goal, authenticated=authenticated, lang=lang)
+        )
         try:
             yield task
         finally:
@@ -191,14 +193,16 @@ class Client:
         placeholders = ", ".join(f"{name} => %({name})s" for name in names)
         return self._scalar(f"SELECT agentdb.register_tool({placeholders})", params)
 
-    def grant_permission(self, user_id: str, permission: str, *, tool: str | None = None,
-                         target: str | None = None) -> bool:
+    def grant_permission(
+        self, user_id: str, permission: str, *, tool: str | None = None, target: str | None = None
+    ) -> bool:
         return self._scalar(
             "SELECT agentdb.grant_permission(%s, %s, %s, %s::regclass)", (user_id, permission, tool, target)
         )
 
-    def revoke_permission(self, user_id: str, permission: str, *, tool: str | None = None,
-                          target: str | None = None) -> bool:
+    def revoke_permission(
+        self, user_id: str, permission: str, *, tool: str | None = None, target: str | None = None
+    ) -> bool:
         return self._scalar(
             "SELECT agentdb.revoke_permission(%s, %s, %s, %s::regclass)", (user_id, permission, tool, target)
         )

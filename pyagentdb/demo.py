@@ -87,9 +87,7 @@ SELECT agentdb.grant_permission('alice', 'DELETE');
 def reset(conn: psycopg.Connection) -> None:
     """Remove the previous run's demo tools and schema, then create them afresh."""
     with conn.transaction():
-        conn.execute(
-            "SELECT agentdb.unregister_tool(name) FROM agentdb.tools WHERE name LIKE 'demo\\_%'"
-        )
+        conn.execute("SELECT agentdb.unregister_tool(name) FROM agentdb.tools WHERE name LIKE 'demo\\_%'")
         conn.execute("SELECT agentdb.revoke_permission('alice', 'WRITE')")
         conn.execute("SELECT agentdb.revoke_permission('alice', 'DELETE')")
         conn.execute("DROP SCHEMA IF EXISTS pyagentdb_demo CASCADE")
@@ -107,38 +105,121 @@ class Scene:
 
 
 SCENES = [
-    Scene("Reminder while logged out", "not executed", "guest-42", False,
-          [("demo_add_reminder", {"content": "buy vegetables", "remind_at": "2026-12-01 08:00+08"}, {})]),
-    Scene("Permission switched off", "not executed", "bob", True,
-          [("demo_add_reminder", {"content": "call mum", "remind_at": "2026-12-01 20:00+08"}, {})]),
-    Scene("Honest success", "verified", "alice", True,
-          [("demo_add_reminder", {"content": "buy vegetables", "remind_at": "2026-12-01 08:00+08"},
-            {"call_id": "call-1"})]),
-    Scene("The same call sent twice (retry storm)", "no double write", "alice", True,
-          [("demo_add_reminder", {"content": "pay rent", "remind_at": "2026-12-02 09:00+08"},
-            {"call_id": "rent"}),
-           ("demo_add_reminder", {"content": "pay rent", "remind_at": "2026-12-02 09:00+08"},
-            {"call_id": "rent"})]),
-    Scene("Duplicate request", "not created", "alice", True,
-          [("demo_add_reminder", {"content": "buy vegetables", "remind_at": "2026-12-01 08:00+08"}, {})]),
-    Scene("Unusable argument", "executed, not persisted", "alice", True,
-          [("demo_add_reminder", {"content": "dentist", "remind_at": "sometime next week"}, {})]),
-    Scene("Write silently dropped by a trigger", "executed, not persisted", "alice", True,
-          [("demo_add_note", {"body": "parking spot B12"}, {})]),
-    Scene("Time shifted by a trigger", "persisted, not what was asked", "alice", True,
-          [("demo_book_meeting", {"title": "standup", "starts_at": "2026-12-01 10:00+08"}, {})]),
-    Scene("Update of a row that is not there", "executed, not persisted", "alice", True,
-          [("demo_edit_reminder", {"id": 9999, "content": "x", "version": 1}, {})]),
-    Scene("Update with a stale version", "no lost update", "alice", True,
-          [("demo_edit_reminder", {"id": 1, "content": "buy fruit", "version": 7}, {})]),
-    Scene("Bulk reprice: 500 expected, 428 match", "persisted, not what was asked", "alice", True,
-          [("demo_reprice_orders", {"where": {"category": "shoes"}, "set": {"price": 89}},
-            {"expect_rows": 500})]),
-    Scene("Delete with no bound", "overreach", "alice", True,
-          [("demo_delete_reminder", {"where": {}}, {"expect_rows": 1})]),
-    Scene("A second write after the task was settled", "no double write", "alice", True,
-          [("demo_add_reminder", {"content": "water plants", "remind_at": "2026-12-03 07:00+08"}, {})],
-          finish_first=True),
+    Scene(
+        "Reminder while logged out",
+        "not executed",
+        "guest-42",
+        False,
+        [("demo_add_reminder", {"content": "buy vegetables", "remind_at": "2026-12-01 08:00+08"}, {})],
+    ),
+    Scene(
+        "Permission switched off",
+        "not executed",
+        "bob",
+        True,
+        [("demo_add_reminder", {"content": "call mum", "remind_at": "2026-12-01 20:00+08"}, {})],
+    ),
+    Scene(
+        "Honest success",
+        "verified",
+        "alice",
+        True,
+        [
+            (
+                "demo_add_reminder",
+                {"content": "buy vegetables", "remind_at": "2026-12-01 08:00+08"},
+                {"call_id": "call-1"},
+            )
+        ],
+    ),
+    Scene(
+        "The same call sent twice (retry storm)",
+        "no double write",
+        "alice",
+        True,
+        [
+            (
+                "demo_add_reminder",
+                {"content": "pay rent", "remind_at": "2026-12-02 09:00+08"},
+                {"call_id": "rent"},
+            ),
+            (
+                "demo_add_reminder",
+                {"content": "pay rent", "remind_at": "2026-12-02 09:00+08"},
+                {"call_id": "rent"},
+            ),
+        ],
+    ),
+    Scene(
+        "Duplicate request",
+        "not created",
+        "alice",
+        True,
+        [("demo_add_reminder", {"content": "buy vegetables", "remind_at": "2026-12-01 08:00+08"}, {})],
+    ),
+    Scene(
+        "Unusable argument",
+        "executed, not persisted",
+        "alice",
+        True,
+        [("demo_add_reminder", {"content": "dentist", "remind_at": "sometime next week"}, {})],
+    ),
+    Scene(
+        "Write silently dropped by a trigger",
+        "executed, not persisted",
+        "alice",
+        True,
+        [("demo_add_note", {"body": "parking spot B12"}, {})],
+    ),
+    Scene(
+        "Time shifted by a trigger",
+        "persisted, not what was asked",
+        "alice",
+        True,
+        [("demo_book_meeting", {"title": "standup", "starts_at": "2026-12-01 10:00+08"}, {})],
+    ),
+    Scene(
+        "Update of a row that is not there",
+        "executed, not persisted",
+        "alice",
+        True,
+        [("demo_edit_reminder", {"id": 9999, "content": "x", "version": 1}, {})],
+    ),
+    Scene(
+        "Update with a stale version",
+        "no lost update",
+        "alice",
+        True,
+        [("demo_edit_reminder", {"id": 1, "content": "buy fruit", "version": 7}, {})],
+    ),
+    Scene(
+        "Bulk reprice: 500 expected, 428 match",
+        "persisted, not what was asked",
+        "alice",
+        True,
+        [
+            (
+                "demo_reprice_orders",
+                {"where": {"category": "shoes"}, "set": {"price": 89}},
+                {"expect_rows": 500},
+            )
+        ],
+    ),
+    Scene(
+        "Delete with no bound",
+        "overreach",
+        "alice",
+        True,
+        [("demo_delete_reminder", {"where": {}}, {"expect_rows": 1})],
+    ),
+    Scene(
+        "A second write after the task was settled",
+        "no double write",
+        "alice",
+        True,
+        [("demo_add_reminder", {"content": "water plants", "remind_at": "2026-12-03 07:00+08"}, {})],
+        finish_first=True,
+    ),
 ]
 
 
@@ -148,7 +229,9 @@ def _verdict(receipt: Receipt, color: bool) -> str:
     return textui.paint(f"NOT done ({receipt.outcome}: {receipt.refusal})", "red", color)
 
 
-def run(dsn: str, *, lang: str = "en", color: bool | None = None, as_json: bool = False, out=sys.stdout) -> int:
+def run(
+    dsn: str, *, lang: str = "en", color: bool | None = None, as_json: bool = False, out=sys.stdout
+) -> int:
     color = textui.use_color(out, color) and not as_json
     install.upgrade(dsn)
     results = []
@@ -156,18 +239,29 @@ def run(dsn: str, *, lang: str = "en", color: bool | None = None, as_json: bool 
         reset(conn)
         client = Client(conn)
         for number, scene in enumerate(SCENES, 1):
-            task = client.begin_task(scene.user, f"demo-{number}", scene.title,
-                                     authenticated=scene.authenticated, lang=lang)
+            task = client.begin_task(
+                scene.user, f"demo-{number}", scene.title, authenticated=scene.authenticated, lang=lang
+            )
             if scene.finish_first:
                 client.finish_task(task)
             receipts = [client.invoke(task, tool, args, **opts) for tool, args, opts in scene.calls]
             client.finish_task(task)
-            results.append({"scene": scene.title, "class": scene.failure_class, "task": str(task),
-                            "receipts": [r.raw for r in receipts]})
+            results.append(
+                {
+                    "scene": scene.title,
+                    "class": scene.failure_class,
+                    "task": str(task),
+                    "receipts": [r.raw for r in receipts],
+                }
+            )
             if as_json:
                 continue
-            print(textui.paint(f"{number:2}. {scene.title}", "bold", color) + "  "
-                  + textui.paint(f"[{scene.failure_class}]", "dim", color), file=out)
+            print(
+                textui.paint(f"{number:2}. {scene.title}", "bold", color)
+                + "  "
+                + textui.paint(f"[{scene.failure_class}]", "dim", color),
+                file=out,
+            )
             for (tool, args, _opts), receipt in zip(scene.calls, receipts, strict=True):
                 print(f"    agent calls  {tool}({json.dumps(args, ensure_ascii=False)})", file=out)
                 replay = " (replayed: first receipt returned, nothing written)" if receipt.replayed else ""
@@ -189,14 +283,18 @@ def run(dsn: str, *, lang: str = "en", color: bool | None = None, as_json: bool 
             " (SELECT count(*) FROM pyagentdb_demo.orders WHERE price <> 99)"
         ).fetchone()
     if as_json:
-        print(json.dumps({"scenes": results, "audit": rows}, default=str, ensure_ascii=False, indent=2), file=out)
+        print(
+            json.dumps({"scenes": results, "audit": rows}, default=str, ensure_ascii=False, indent=2),
+            file=out,
+        )
         return 0
     print(textui.paint("Audit trail (agentdb.v_audit) for this run", "bold", color), file=out)
     print(textui.table(rows, cols), file=out)
     print(file=out)
     print(textui.paint("What the database holds now", "bold", color), file=out)
-    print(f"  reminders: {counts[0]} (two honest writes; duplicate, replay and late write added none)",
-          file=out)
+    print(
+        f"  reminders: {counts[0]} (two honest writes; duplicate, replay and late write added none)", file=out
+    )
     print(f"  lossy notes: {counts[1]}, meetings: {counts[2]} (unverified writes were rolled back)", file=out)
     print(f"  orders repriced: {counts[3]} of 500 (the 428-row mismatch was rolled back whole)", file=out)
     return 0

@@ -28,9 +28,7 @@ def head_revision() -> str:
 
 def current_revision(conn) -> str | None:
     """The installed revision, or None when the schema is not installed. `conn` is psycopg."""
-    row = conn.execute(
-        "SELECT to_regclass(%s) IS NOT NULL", (f"public.{VERSION_TABLE}",)
-    ).fetchone()
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"public.{VERSION_TABLE}",)).fetchone()
     if not row[0]:
         return None
     found = conn.execute(f"SELECT version_num FROM public.{VERSION_TABLE}").fetchone()
@@ -56,5 +54,4 @@ def offline_sql(revision: str = "head") -> str:
     return out.getvalue()
 
 
-__all__ = ["MigrationContext", "current_revision", "downgrade", "head_revision", "offline_sql",
-           "upgrade"]
+__all__ = ["MigrationContext", "current_revision", "downgrade", "head_revision", "offline_sql", "upgrade"]
