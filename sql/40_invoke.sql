@@ -9,15 +9,19 @@ LANGUAGE sql IMMUTABLE
 AS $$ SELECT 65536 $$;
 
 -- SQL fragment: a comparison of column c between aliases a and b that is
--- true when they differ. Timestamps compare at second precision.
+-- true when they differ. Timestamps compare at second precision: values less
+-- than one second apart match, even across a second boundary (09:00:00.8 asked,
+-- 09:00:01.1 stored). Truncating both sides would call that a mismatch.
 CREATE OR REPLACE FUNCTION agentdb_private.differs_sql(p_col text, p_type oid, p_a text, p_b text)
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT CASE
-        WHEN p_type IN ('timestamptz'::regtype, 'timestamp'::regtype, 'time'::regtype)
-            THEN format('date_trunc(''second'', %1$s.%3$I) IS DISTINCT FROM date_trunc(''second'', %2$s.%3$I)',
+        WHEN p_type IN ('timestamptz'::regtype, 'timestamp'::regtype, 'time'::regtype, 'timetz'::regtype)
+            THEN format('CASE WHEN %1$s.%3$I IS NOT DISTINCT FROM %2$s.%3$I THEN false '
+                        || 'WHEN %1$s.%3$I IS NULL OR %2$s.%3$I IS NULL THEN true '
+                        || 'ELSE abs(extract(epoch FROM %1$s.%3$I) - extract(epoch FROM %2$s.%3$I)) >= 1 END',
                         p_a, p_b, p_col)
         WHEN p_type = 'json'::regtype
             THEN format('%1$s.%3$I::jsonb IS DISTINCT FROM %2$s.%3$I::jsonb', p_a, p_b, p_col)
