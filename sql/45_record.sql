@@ -23,7 +23,8 @@ AS $$
 $$;
 
 -- Write the step row and the audit row for one call and return its receipt.
--- p_task may be NULL (unknown task): then only the audit row is written.
+-- p_seq is NULL for an unknown task (p_task then holds only the id asked
+-- for): then only the audit row is written.
 CREATE OR REPLACE FUNCTION agentdb_private.record_step(
     p_task agentdb_private.tasks,
     p_seq integer,
@@ -85,7 +86,7 @@ BEGIN
         'expected_rows', p_result -> 'expected_rows',
         'matched_rows', p_result -> 'matched_rows'));
 
-    IF p_task.id IS NOT NULL THEN
+    IF p_seq IS NOT NULL THEN
         INSERT INTO agentdb_private.steps (
             task_id, seq, tool, action, args, reason, outcome, refusal, verified, attempts,
             error, affected_rows, call_id, receipt, started_at

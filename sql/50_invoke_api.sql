@@ -25,10 +25,12 @@ DECLARE
     v_state text;
     v_msg text;
 BEGIN
-    -- Unknown task: nothing to attach a step to, but the attempt is audited.
+    -- Unknown task: nothing to attach a step to, but the attempt is audited
+    -- under the id that was asked for (no step row: seq is NULL).
     SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = invoke.task FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN agentdb_private.record_step(NULL, NULL, left(invoke.tool, 200), NULL, invoke.args,
+        v_task.id := invoke.task;
+        RETURN agentdb_private.record_step(v_task, NULL, left(invoke.tool, 200), NULL, invoke.args,
             invoke.reason, invoke.call_id, v_started,
             agentdb_private.not_done('refused', 'unknown_task', format('no task %s', invoke.task)));
     END IF;
