@@ -16,6 +16,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_started timestamptz := clock_timestamp();
+    -- A call_id too long to be one is refused and not stored (it could not be indexed).
+    v_call_id text := CASE WHEN length(invoke.call_id) <= 200 THEN invoke.call_id END;
     v_task agentdb_private.tasks;
     v_tool agentdb_private.tools;
     v_seq integer;
@@ -31,7 +33,7 @@ BEGIN
     IF NOT FOUND THEN
         v_task.id := invoke.task;
         RETURN agentdb_private.record_step(v_task, NULL, left(invoke.tool, 200), NULL, invoke.args,
-            invoke.reason, invoke.call_id, v_started,
+            invoke.reason, v_call_id, v_started,
             agentdb_private.not_done('refused', 'unknown_task', format('no task %s', invoke.task)));
     END IF;
 
@@ -90,6 +92,6 @@ BEGIN
     END IF;
 
     RETURN agentdb_private.record_step(v_task, v_seq, left(invoke.tool, 200), v_tool, invoke.args,
-        invoke.reason, invoke.call_id, v_started, v_result);
+        invoke.reason, v_call_id, v_started, v_result);
 END
 $$;
