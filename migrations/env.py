@@ -27,6 +27,7 @@ def _apply_sql_online(connection) -> None:
         return
     for path in resources.sql_files():
         raw.execute(path.read_text(encoding="utf-8"))
+    raw.execute("SELECT agentdb_private.load_claim_patterns(%s::jsonb)", (resources.claim_patterns_text(),))
     raw.execute("INSERT INTO agentdb_private.install_log (sql_sha256) VALUES (%s)", (checksum,))
 
 

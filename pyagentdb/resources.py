@@ -28,10 +28,21 @@ def sql_files() -> list[Path]:
     return sorted(sql_dir().glob("*.sql"))
 
 
+def claim_patterns_path() -> Path:
+    return sql_dir() / "claim_patterns.json"
+
+
+def claim_patterns_text() -> str:
+    text = claim_patterns_path().read_text(encoding="utf-8")
+    if "$claims$" in text:  # it is dollar-quoted in the offline install script
+        raise ValueError("claim_patterns.json must not contain $claims$")
+    return text
+
+
 def sql_checksum() -> str:
     """One hash over every sql/ file, to tell whether a re-apply would change anything."""
     digest = hashlib.sha256()
-    for path in sql_files():
+    for path in [*sql_files(), claim_patterns_path()]:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()

@@ -1,0 +1,82 @@
+"""Claim detection without a database: the same patterns and the same algorithm as
+agentdb.detect_claims in SQL (sql/55_claims.sql), read from sql/claim_patterns.json.
+
+A claim is a sentence piece in which the model says an action is already done
+("已为您设置", "I've booked"). Questions, offers, future or conditional forms,
+negations, progress and drafts are not claims. Detection only finds what was
+said; whether it is true is decided by the database (agentdb.pending_claims).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from . import resources
+
+KINDS = ("create", "update", "delete", "done")
+
+
+@dataclass(frozen=True)
+class Claim:
+    kind: str
+    text: str
+    start: int  # character offset, 0-based, end exclusive (as Python slices)
+    end: int
+    lang: str
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "text": self.text, "start": self.start, "end": self.end, "lang": self.lang}
+
+
+@lru_cache(maxsize=1)
+def patterns() -> dict:
+    path = resources.claim_patterns_path()
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=8)
+def _compiled(lang: str):
+    spec = patterns()["languages"][lang]
+    flags = re.IGNORECASE if "i" in spec.get("flags", "") else 0
+    exclude = [re.compile(p, flags) for p in spec["exclude"]]
+    claims = [(c["kind"], re.compile(c["pattern"], flags)) for c in spec["claims"]]
+    return exclude, claims
+
+
+def _clauses(text: str):
+    """(start, clause) pieces of text between clause separators."""
+    split = re.compile(patterns()["clause_split"])
+    pos = 0
+    for sep in split.finditer(text):
+        if sep.start() > pos:
+            yield pos, text[pos : sep.start()]
+        pos = max(sep.end(), pos + 1) if sep.end() == sep.start() else sep.end()
+    if pos < len(text):
+        yield pos, text[pos:]
+
+
+def detect_claims(text: str | None, lang: str | None = None) -> list[Claim]:
+    """Claims of completed actions in `text`; `lang` 'zh', 'en' or None for every language."""
+    if not text:
+        return []
+    langs = [lang] if lang else sorted(patterns()["languages"])
+    if lang and lang not in patterns()["languages"]:
+        raise ValueError(f"no claim patterns for language {lang!r}")
+    found: list[Claim] = []
+    for offset, clause in _clauses(text):
+        taken: list[tuple[int, int]] = []
+        for code in langs:
+            exclude, claims = _compiled(code)
+            if any(p.search(clause) for p in exclude):
+                continue
+            for kind, pattern in claims:
+                for match in pattern.finditer(clause):
+                    span = (match.start(), match.end())
+                    if span[0] == span[1] or any(s < span[1] and span[0] < e for s, e in taken):
+                        continue
+                    taken.append(span)
+                    found.append(Claim(kind, match.group(0), offset + span[0], offset + span[1], code))
+    return sorted(found, key=lambda c: (c.start, c.end))

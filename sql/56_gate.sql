@@ -1,0 +1,247 @@
+-- The exit gate: the execution report, the prompt rules and finalize_reply.
+
+-- Each step of a task in everyday words, for the model's final wording.
+CREATE OR REPLACE FUNCTION agentdb_private.report_steps(p_task uuid)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'seq', s.seq,
+        'label', s.receipt ->> 'label',
+        'succeeded', s.outcome = 'success' AND s.verified,
+        'verified', s.verified,
+        'created', s.outcome = 'success' AND s.verified AND s.action = 'insert',
+        'outcome', s.outcome,
+        'detail', s.receipt ->> 'detail'
+    ) ORDER BY s.seq), '[]')
+      FROM agentdb_private.steps AS s
+     WHERE s.task_id = p_task AND s.refusal IS DISTINCT FROM 'closed'
+$$;
+
+-- The rules for the final wording, in the task's language.
+CREATE OR REPLACE FUNCTION agentdb_private.report_rules(p_lang text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT jsonb_build_array(
+        agentdb_private.msg('report.rule.closed', p_lang),
+        agentdb_private.msg('report.rule.successes', p_lang),
+        agentdb_private.msg('report.rule.failures', p_lang),
+        agentdb_private.msg('report.rule.not_created', p_lang))
+$$;
+
+-- Take the execution report. Taking it closes the task's tools: any later
+-- invoke in this task is refused as "closed", so nothing is written twice.
+CREATE OR REPLACE FUNCTION agentdb.report(task uuid)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task agentdb_private.tasks;
+    v_steps jsonb;
+BEGIN
+    UPDATE agentdb_private.tasks AS t SET closed_at = coalesce(t.closed_at, clock_timestamp())
+     WHERE t.id = report.task
+    RETURNING * INTO v_task;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'report: no task %', report.task USING ERRCODE = 'no_data_found';
+    END IF;
+    v_steps := agentdb_private.report_steps(v_task.id);
+    RETURN jsonb_build_object(
+        'task_id', v_task.id,
+        'lang', v_task.lang,
+        'tools_closed', true,
+        'steps', v_steps,
+        'succeeded', (SELECT count(*) FROM jsonb_array_elements(v_steps) AS s WHERE (s ->> 'succeeded')::boolean),
+        'failed', (SELECT count(*) FROM jsonb_array_elements(v_steps) AS s WHERE NOT (s ->> 'succeeded')::boolean),
+        'rules', agentdb_private.report_rules(v_task.lang));
+END
+$$;
+
+-- The report as text for the model's prompt.
+CREATE OR REPLACE FUNCTION agentdb.report_text(task uuid, lang text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_report jsonb := agentdb.report(report_text.task);
+    v_lang text := coalesce(report_text.lang, v_report ->> 'lang');
+    v_lines text [];
+BEGIN
+    v_lines := ARRAY[agentdb_private.msg('report.title', v_lang)];
+    IF jsonb_array_length(v_report -> 'steps') = 0 THEN
+        v_lines := v_lines || agentdb_private.msg('report.no_steps', v_lang);
+    END IF;
+    v_lines := v_lines || ARRAY(
+        SELECT format('%s. %s', s ->> 'seq', agentdb_private.msg(
+                CASE WHEN (s ->> 'succeeded')::boolean THEN 'report.step.ok' ELSE 'report.step.failed' END,
+                v_lang, jsonb_build_object('label', s ->> 'label', 'detail', s ->> 'detail')))
+          FROM jsonb_array_elements(v_report -> 'steps') AS s
+         ORDER BY (s ->> 'seq')::int);
+    v_lines := v_lines || agentdb_private.msg('report.rules_title', v_lang)
+        || ARRAY(SELECT '- ' || r FROM jsonb_array_elements_text(agentdb_private.report_rules(v_lang)) AS r);
+    RETURN array_to_string(v_lines, E'\n');
+END
+$$;
+
+-- Prompt-layer rules from database facts. They lower the odds of a false
+-- "done"; finalize_reply is the guarantee.
+CREATE OR REPLACE FUNCTION agentdb.context_rules(task uuid, lang text DEFAULT NULL)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task agentdb_private.tasks;
+    v_lang text;
+    v_rules text [] := '{}';
+BEGIN
+    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = context_rules.task;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'context_rules: no task %', context_rules.task USING ERRCODE = 'no_data_found';
+    END IF;
+    v_lang := coalesce(context_rules.lang, v_task.lang);
+    IF v_task.status <> 'running' OR v_task.closed_at IS NOT NULL THEN
+        v_rules := v_rules || agentdb_private.msg('rules.closed', v_lang);
+    END IF;
+    IF NOT v_task.authenticated THEN
+        v_rules := v_rules || agentdb_private.msg('rules.not_authenticated', v_lang);
+    ELSE
+        v_rules := v_rules || ARRAY(
+            SELECT agentdb_private.msg('rules.no_permission', v_lang, jsonb_build_object(
+                       'label', CASE WHEN v_lang = 'en' THEN tl.label_en ELSE tl.label_zh END))
+              FROM agentdb_private.tools AS tl
+             WHERE NOT agentdb_private.has_permission(v_task.user_id,
+                       CASE WHEN tl.action = 'delete' THEN 'DELETE' ELSE 'WRITE' END, tl.name, tl.target)
+             ORDER BY tl.name);
+    END IF;
+    RETURN v_rules || agentdb_private.msg('rules.claims', v_lang);
+END
+$$;
+
+-- The honest message built from the task's steps, replacing a false reply.
+CREATE OR REPLACE FUNCTION agentdb_private.honest_text(p_task agentdb_private.tasks)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH steps AS (
+        SELECT s ->> 'detail' AS detail, (s ->> 'succeeded')::boolean AS ok, (s ->> 'seq')::int AS seq
+          FROM jsonb_array_elements(agentdb_private.report_steps(p_task.id)) AS s
+    )
+    SELECT CASE
+        WHEN NOT EXISTS (SELECT 1 FROM steps) THEN agentdb_private.msg('gate.no_tool', p_task.lang)
+        ELSE agentdb_private.msg(
+                CASE WHEN bool_and(ok) THEN 'gate.correction'
+                     WHEN bool_or(ok) THEN 'gate.partial'
+                     ELSE 'gate.none_done' END, p_task.lang)
+             || E'\n' || string_agg('- ' || detail, E'\n' ORDER BY seq)
+    END
+      FROM steps
+$$;
+
+-- The exit gate. Stores the claims, decides deliver or replace from the
+-- database alone, keeps only the delivered text as history and the model's
+-- text only in the audit row. A second call returns the first verdict.
+CREATE OR REPLACE FUNCTION agentdb.finalize_reply(task uuid, model_text text, claims jsonb DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task agentdb_private.tasks;
+    v_prior agentdb_private.replies;
+    v_claims jsonb;
+    v_source text;
+    v_pending jsonb;
+    v_verdict text;
+    v_text text;
+BEGIN
+    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = finalize_reply.task FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO agentdb_private.audit (task_id, action, status, outcome, refusal, detail, payload)
+        VALUES (finalize_reply.task, 'reply', 'REFUSED', 'replace', 'unknown_task', 'no such task',
+                jsonb_build_object('model_text', left(model_text, 100000)));
+        RETURN jsonb_build_object('verdict', 'replace', 'text', agentdb_private.msg('gate.unknown_task', 'zh')
+            || E'\n' || agentdb_private.msg('gate.unknown_task', 'en'), 'pending', '[]'::jsonb,
+            'error', 'unknown_task');
+    END IF;
+
+    SELECT * INTO v_prior FROM agentdb_private.replies AS r WHERE r.task_id = v_task.id;
+    IF FOUND THEN
+        RETURN jsonb_build_object('verdict', v_prior.verdict, 'text', v_prior.delivered_text,
+                                  'pending', v_prior.pending, 'repeated', true);
+    END IF;
+
+    -- Declared claims are trusted for their shape only; anything odd counts
+    -- as a generic "done", the strictest claim to back.
+    IF jsonb_typeof(finalize_reply.claims) = 'array' THEN
+        v_source := 'declared';
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'kind', CASE WHEN c ->> 'kind' IN ('create', 'update', 'delete', 'done') THEN c ->> 'kind'
+                                ELSE 'done' END,
+                   'text', left(CASE WHEN jsonb_typeof(c) = 'object' THEN c ->> 'text' ELSE c #>> '{}' END, 500),
+                   'tool', CASE WHEN jsonb_typeof(c) = 'object' THEN left(c ->> 'tool', 200) END)), '[]')
+          INTO v_claims
+          FROM jsonb_array_elements(finalize_reply.claims) AS c;
+    ELSE
+        v_source := 'detected';
+        v_claims := agentdb.detect_claims(left(model_text, 100000), NULL);
+    END IF;
+
+    INSERT INTO agentdb_private.claims (task_id, kind, claim_text, span_start, span_end, tool, source)
+    SELECT v_task.id, c ->> 'kind', c ->> 'text', (c ->> 'start')::int, (c ->> 'end')::int, c ->> 'tool', v_source
+      FROM jsonb_array_elements(v_claims) AS c;
+
+    SELECT coalesce(jsonb_agg(jsonb_build_object('kind', p.kind, 'text', p.claim_text, 'tool', p.tool)
+                              ORDER BY p.claim_id), '[]')
+      INTO v_pending
+      FROM agentdb.pending_claims AS p WHERE p.task_id = v_task.id;
+
+    IF jsonb_array_length(v_pending) > 0 THEN
+        v_verdict := 'replace';
+        v_text := agentdb_private.honest_text(v_task);
+    ELSE
+        v_verdict := 'deliver';
+        v_text := coalesce(model_text, '');
+    END IF;
+
+    INSERT INTO agentdb_private.replies (task_id, conversation_id, user_id, verdict, delivered_text, pending)
+    VALUES (v_task.id, v_task.conversation_id, v_task.user_id, v_verdict, v_text, v_pending);
+    INSERT INTO agentdb_private.audit (task_id, user_id, action, status, outcome, detail, payload)
+    VALUES (v_task.id, v_task.user_id, 'reply', CASE WHEN v_verdict = 'deliver' THEN 'SUCCESS' ELSE 'REFUSED' END,
+            v_verdict, format('%s claim(s), %s pending', jsonb_array_length(v_claims), jsonb_array_length(v_pending)),
+            jsonb_build_object('model_text', left(model_text, 100000), 'claims', v_claims, 'pending', v_pending));
+    -- The reply ends the turn: no tool may run in this task afterwards.
+    UPDATE agentdb_private.tasks AS t SET closed_at = coalesce(t.closed_at, clock_timestamp())
+     WHERE t.id = v_task.id;
+
+    RETURN jsonb_build_object('verdict', v_verdict, 'text', v_text, 'pending', v_pending, 'claims', v_claims);
+END
+$$;
+
+-- The conversation history: what users were actually shown.
+CREATE OR REPLACE VIEW agentdb.v_conversation AS
+SELECT
+    r.conversation_id,
+    r.user_id,
+    r.task_id,
+    r.verdict,
+    r.delivered_text,
+    r.pending,
+    r.delivered_at
+FROM agentdb_private.replies AS r;
+
+GRANT EXECUTE ON FUNCTION agentdb.report(uuid), agentdb.report_text(uuid, text)
+TO agentdb_app, agentdb_agent;
+GRANT EXECUTE ON FUNCTION agentdb.context_rules(uuid, text), agentdb.finalize_reply(uuid, text, jsonb)
+TO agentdb_app;
+GRANT SELECT ON agentdb.v_conversation TO agentdb_app, agentdb_auditor;
