@@ -2,9 +2,13 @@
 -- installer, so readers need no rights on the private tables.
 
 -- JSON Schema of a tool's arguments, derived from its table's column types.
+-- A view runs its functions with the reader's rights, so this one is SECURITY
+-- DEFINER and granted to the roles that read agentdb.tools (sql/90_grants.sql);
+-- they still cannot name it, having no USAGE on agentdb_private.
 CREATE OR REPLACE FUNCTION agentdb_private.args_schema(p_tool agentdb_private.tools)
 RETURNS jsonb
 LANGUAGE sql STABLE
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     WITH cols AS (

@@ -10,6 +10,10 @@ REVOKE CREATE ON SCHEMA agentdb FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA agentdb TO agentdb_app, agentdb_agent, agentdb_auditor;
 
+-- Called by the agentdb.tools view with the reader's rights.
+GRANT EXECUTE ON FUNCTION agentdb_private.args_schema(agentdb_private.tools)
+TO agentdb_app, agentdb_agent, agentdb_auditor;
+
 -- The trusted runtime: opens and settles tasks, manages permissions.
 GRANT EXECUTE ON FUNCTION
 agentdb.begin_task(text, text, text, boolean, text),
