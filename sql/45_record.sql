@@ -101,12 +101,14 @@ BEGIN
         v_receipt := jsonb_build_object('step_id', v_step_id) || v_receipt;
     END IF;
 
+    -- db_role: the role that logged in. Inside this SECURITY DEFINER call
+    -- current_user (the column default) is always the installer.
     INSERT INTO agentdb_private.audit (
-        task_id, step_id, user_id, tool, action, target, status, outcome, refusal, detail
+        task_id, step_id, user_id, tool, action, target, status, outcome, refusal, detail, db_role
     ) VALUES (
         p_task.id, v_step_id, p_task.user_id, p_tool_name, p_tool.action, p_tool.target::text,
         v_status, v_outcome, p_result ->> 'refusal',
-        coalesce(p_result ->> 'error', v_receipt ->> 'detail')
+        coalesce(p_result ->> 'error', v_receipt ->> 'detail'), session_user
     );
     RETURN v_receipt;
 END
