@@ -178,6 +178,32 @@ class Client:
         )
         return Receipt.from_json(data)
 
+    # -- the exit gate ---------------------------------------------------------
+    def report(self, task: uuid.UUID | str) -> dict:
+        """The execution report; taking it closes the task's tools (later invokes are refused)."""
+        return self._scalar("SELECT agentdb.report(%s::uuid)", (str(task),))
+
+    def report_text(self, task: uuid.UUID | str, lang: str | None = None) -> str:
+        return self._scalar("SELECT agentdb.report_text(%s::uuid, %s)", (str(task), lang))
+
+    def context_rules(self, task: uuid.UUID | str, lang: str | None = None) -> list[str]:
+        return self._scalar("SELECT agentdb.context_rules(%s::uuid, %s)", (str(task), lang))
+
+    def finalize_reply(self, task: uuid.UUID | str, model_text: str, claims: list[dict] | None = None):
+        """The gate's verdict on a reply (see pyagentdb.gate.Verdict)."""
+        from .gate import Gate
+
+        return Gate(self).finalize(task, model_text, claims)
+
+    def pending_claims(self, task: uuid.UUID | str) -> list[dict]:
+        with self._cursor() as cur:
+            cur.execute(
+                "SELECT to_jsonb(p) FROM agentdb.pending_claims AS p WHERE p.task_id = %s::uuid"
+                " ORDER BY p.claim_id",
+                (str(task),),
+            )
+            return [row[0] for row in cur.fetchall()]
+
     # -- registry and permissions (owner / app role) -------------------------
     def tools(self) -> list[dict]:
         with self._cursor() as cur:
