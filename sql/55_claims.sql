@@ -122,6 +122,7 @@ $$;
 CREATE OR REPLACE FUNCTION agentdb_private.claim_backed(p_task uuid, p_kind text, p_tool text)
 RETURNS boolean
 LANGUAGE sql STABLE
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT CASE p_kind
@@ -161,3 +162,5 @@ WHERE NOT agentdb_private.claim_backed(c.task_id, c.kind, c.tool);
 
 GRANT EXECUTE ON FUNCTION agentdb.detect_claims(text, text) TO agentdb_app, agentdb_agent, agentdb_auditor;
 GRANT SELECT ON agentdb.pending_claims TO agentdb_app, agentdb_auditor;
+-- Views call functions with the reader's rights: readers of pending_claims need this.
+GRANT EXECUTE ON FUNCTION agentdb_private.claim_backed(uuid, text, text) TO agentdb_app, agentdb_auditor;

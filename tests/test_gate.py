@@ -278,6 +278,10 @@ def test_gate_roles(client, role_connect, reminders):
         app.execute("SELECT agentdb.finalize_reply(%s, 'hi')", (task,)).fetchone()[0]["verdict"] == "deliver"
     )
     assert agent.execute("SELECT agentdb.report(%s)", (task,)).fetchone()[0]["tools_closed"]
+    auditor = role_connect("agentdb_auditor")
+    for reader in (app, auditor):
+        assert reader.execute("SELECT count(*) FROM agentdb.pending_claims").fetchone()[0] == 0
+        assert reader.execute("SELECT count(*) FROM agentdb.v_conversation").fetchone()[0] == 1
     import psycopg
 
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
