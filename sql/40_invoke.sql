@@ -83,6 +83,27 @@ BEGIN
 END
 $$;
 
+-- Which argument holds a JSON object or array where the column takes a single
+-- value? Objects suit json/jsonb and composite columns, arrays json/jsonb and
+-- array columns (a domain counts as its base type). NULL when none.
+CREATE OR REPLACE FUNCTION agentdb_private.nested_field(p_types jsonb, p_args jsonb)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT e.key
+      FROM jsonb_each(p_args) AS e
+      JOIN pg_catalog.pg_type AS ty ON ty.oid = (p_types ->> e.key)::oid
+      JOIN pg_catalog.pg_type AS bt
+        ON bt.oid = CASE WHEN ty.typtype = 'd' THEN ty.typbasetype ELSE ty.oid END
+     WHERE jsonb_typeof(e.value) IN ('object', 'array')
+       AND bt.oid NOT IN ('json'::regtype, 'jsonb'::regtype)
+       AND NOT (jsonb_typeof(e.value) = 'object' AND bt.typtype = 'c')
+       AND NOT (jsonb_typeof(e.value) = 'array' AND bt.typcategory = 'A')
+     ORDER BY e.key
+     LIMIT 1
+$$;
+
 -- A result object for a write that did not happen.
 CREATE OR REPLACE FUNCTION agentdb_private.not_done(
     p_outcome text, p_refusal text, p_error text DEFAULT NULL, p_extra jsonb DEFAULT '{}'
@@ -143,6 +164,7 @@ DECLARE
     v_msg text;
     v_conflict jsonb;
     v_check text;
+    v_obj jsonb;
 BEGIN
     -- Shape of the arguments.
     IF p_args IS NULL OR jsonb_typeof(p_args) <> 'object' THEN
@@ -216,16 +238,27 @@ BEGIN
         v_where := v_where - v_owner;
     END IF;
 
-    -- Lenient conversion to the column types; name the field that fails.
-    BEGIN
-        EXECUTE format('SELECT 1 FROM jsonb_populate_record(NULL::%s, $1)', v_target) USING v_args;
-    EXCEPTION WHEN OTHERS THEN
-        v_key := agentdb_private.bad_field(p_tool.target, v_args);
-        RETURN agentdb_private.not_done('invalid', 'bad_value',
-            format('%s cannot be read as %s: %s', coalesce(v_key, '?'),
-                   coalesce(format_type((v_types ->> v_key)::oid, NULL), '?'), SQLERRM),
-            jsonb_build_object('field', v_key));
-    END;
+    -- Lenient conversion to the column types; name the field that fails. A bulk
+    -- call's set and where are checked apart (a key may be in both).
+    FOREACH v_obj IN ARRAY CASE WHEN v_bulk THEN ARRAY[v_set, v_where] ELSE ARRAY[v_args] END LOOP
+        -- An object or array is no value for a scalar column, though it converts to text.
+        v_key := agentdb_private.nested_field(v_types, v_obj);
+        IF v_key IS NOT NULL THEN
+            RETURN agentdb_private.not_done('invalid', 'bad_value',
+                format('%s must be a single %s value, not a JSON %s', v_key,
+                       format_type((v_types ->> v_key)::oid, NULL), jsonb_typeof(v_obj -> v_key)),
+                jsonb_build_object('field', v_key));
+        END IF;
+        BEGIN
+            EXECUTE format('SELECT 1 FROM jsonb_populate_record(NULL::%s, $1)', v_target) USING v_obj;
+        EXCEPTION WHEN OTHERS THEN
+            v_key := agentdb_private.bad_field(p_tool.target, v_obj);
+            RETURN agentdb_private.not_done('invalid', 'bad_value',
+                format('%s cannot be read as %s: %s', coalesce(v_key, '?'),
+                       coalesce(format_type((v_types ->> v_key)::oid, NULL), '?'), SQLERRM),
+                jsonb_build_object('field', v_key));
+        END;
+    END LOOP;
 
     -- What must be present, what is compared on read-back, how many rows.
     IF p_tool.action = 'insert' THEN
@@ -283,6 +316,20 @@ BEGIN
         v_expect := p_expect_rows;
     END IF;
     v_compare := ARRAY(SELECT c FROM unnest(v_compare) AS c WHERE c IS DISTINCT FROM v_ver);
+
+    -- Identity (ALWAYS) and generated columns are the database's to fill: the
+    -- tool's argument schema does not offer them, so they are unknown here too.
+    SELECT a.attname::text INTO v_key
+      FROM pg_catalog.pg_attribute AS a
+     WHERE a.attrelid = p_tool.target AND a.attnum > 0 AND NOT a.attisdropped
+       AND (a.attidentity = 'a' OR a.attgenerated <> '')
+       AND a.attname::text = ANY (v_set_cols)
+     LIMIT 1;
+    IF v_key IS NOT NULL THEN
+        RETURN agentdb_private.not_done('invalid', 'unknown_field',
+            format('%s is filled by the database and cannot be given', v_key),
+            jsonb_build_object('field', v_key));
+    END IF;
 
     -- Duplicate: the same dedup values already exist for this owner.
     IF p_tool.dedup_columns IS NOT NULL THEN
