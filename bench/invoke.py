@@ -47,7 +47,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pyagentdb import examples, install
+from pyagentdb import examples, install, resources
 
 BENCH_USER = "bench-user"
 APP_AUDIT_SQL = """
@@ -254,7 +254,20 @@ def facts(conn: psycopg.Connection, dsn: str, embedded: bool) -> dict:
         "wal_sync_method": setting("wal_sync_method"),
         "shared_buffers": setting("shared_buffers"),
         "jit": setting("jit"),
+        "git_commit": _git_commit(),
+        "sql_sha256": resources.sql_checksum()[:12],
     }
+
+
+def _git_commit() -> str | None:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
 
 
 # ---------------------------------------------------------------------------- the run
@@ -426,6 +439,7 @@ def print_report(report: dict) -> None:
     print(f"  PostgreSQL {f['server_version']} ({f['server']}, {f['transport']}), nproc {f['nproc']}, "
           f"fsync={f['fsync']}, synchronous_commit={f['synchronous_commit']}, "
           f"wal_sync_method={f['wal_sync_method']}, jit={f['jit']}")
+    print(f"  git {f['git_commit']}, sql/ sha256 {f['sql_sha256']}")
     p = report["params"]
     print(f"  n={p['n']} per workload per round, rounds={p['rounds']}, chunk={p['chunk']}, "
           f"tool={p['tool']}, calls per task={p['calls_per_task']}"
