@@ -17,13 +17,16 @@ VERSION_TABLE = "agentdb_alembic_version"
 config = context.config
 
 
-def _apply_sql_online(connection) -> None:
+def _apply_sql_online(connection, *, migrated: bool) -> None:
     checksum = resources.sql_checksum()
     raw = connection.connection.driver_connection
     last = raw.execute(
         "SELECT sql_sha256 FROM agentdb_private.install_log ORDER BY id DESC LIMIT 1"
     ).fetchone()
-    if last and last[0] == checksum and not config.attributes.get("force_sql"):
+    # Skip only when no revision ran: a downgrade drops (CASCADE) the functions and
+    # views that used its tables, so the upgrade back must re-apply sql/ even though
+    # sql/ itself has not changed since the last install.
+    if last and last[0] == checksum and not migrated and not config.attributes.get("force_sql"):
         return
     for path in resources.sql_files():
         raw.execute(path.read_text(encoding="utf-8"))
@@ -32,11 +35,16 @@ def _apply_sql_online(connection) -> None:
 
 
 def _apply_sql_offline() -> None:
+    # Written to the script as is: through context.execute() SQLAlchemy compiles the
+    # text as a template, doubling every % (RAISE '... %' then fails) and reading
+    # :word as a bind parameter.
+    out = context.get_context().impl.static_output
     for path in resources.sql_files():
-        context.execute(f"-- from sql/{path.name}\n" + path.read_text(encoding="utf-8").rstrip().rstrip(";"))
-    context.execute(
-        f"INSERT INTO agentdb_private.install_log (sql_sha256) VALUES ('{resources.sql_checksum()}')"
-    )
+        body = path.read_text(encoding="utf-8").rstrip()
+        out(f"-- from sql/{path.name}\n{body}" + ("" if body.endswith(";") else ";"))
+    patterns = resources.claim_patterns_text()
+    out(f"SELECT agentdb_private.load_claim_patterns($claims${patterns}$claims$::jsonb);")
+    out(f"INSERT INTO agentdb_private.install_log (sql_sha256) VALUES ('{resources.sql_checksum()}');")
 
 
 def run_offline() -> None:
@@ -62,9 +70,11 @@ def run_online() -> None:
         with context.begin_transaction():
             # One installer at a time: a second concurrent install waits, then finds head.
             connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7415926535)")
+            migration = context.get_context()
+            before = migration.get_current_heads()
             context.run_migrations()
             if config.attributes.get("apply_sql"):
-                _apply_sql_online(connection)
+                _apply_sql_online(connection, migrated=migration.get_current_heads() != before)
 
 
 if context.is_offline_mode():
