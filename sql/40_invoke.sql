@@ -356,6 +356,12 @@ BEGIN
         SELECT format('%I.%I', n.nspname, p.proname), p.prorettype::regtype::text INTO v_check, v_msg
           FROM pg_catalog.pg_proc AS p JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
          WHERE p.oid = p_tool.conflict_check;
+        IF v_check IS NULL THEN
+            -- Dropped since registration: format() would then call a bare row
+            -- constructor, whose non-NULL result read as a conflict.
+            RETURN agentdb_private.not_done('failed', 'check_failed',
+                format('conflict check (oid %s) no longer exists', p_tool.conflict_check::oid));
+        END IF;
         BEGIN
             EXECUTE format('SELECT to_jsonb(%s($1::text, $2::jsonb))', v_check) INTO v_conflict USING p_user, v_args;
         EXCEPTION WHEN OTHERS THEN
