@@ -161,3 +161,40 @@ def test_schema_types_for_other_columns(things):
     assert s["properties"]["amount"] == {"type": "number"}
     assert s["properties"]["tags"] == {"type": "array"}
     assert s["required"] == ["title"]
+
+
+# --- a registry that drifted from the schema ----------------------------------------------------
+
+
+def test_tool_whose_table_was_dropped_fails_cleanly(reminders):
+    reminders.execute("CREATE TABLE public.scratch (id int PRIMARY KEY, note text)")
+    register(reminders, name="add_scratch", action="insert", target="public.scratch",
+             label_zh="记一笔", label_en="jot down")
+    reminders.execute("DROP TABLE public.scratch")
+    task = scalar(reminders, "SELECT agentdb.begin_task('u1', 'c', authenticated => true)")
+    for args in ({"id": 1, "note": "x"}, {}):
+        receipt = scalar(reminders, "SELECT agentdb.invoke(%s, 'add_scratch', %s::jsonb)",
+                         (task, psycopg.types.json.Jsonb(args)))
+        assert receipt["outcome"] in ("failed", "invalid", "refused"), receipt
+        assert receipt["verified"] is False
+        assert scalar(reminders, "SELECT status FROM agentdb.v_audit WHERE step_id = %s",
+                      (receipt["step_id"],)) in ("FAILED", "REFUSED")
+
+
+def test_tool_whose_conflict_check_was_dropped_is_a_failed_check(reminders):
+    reminders.execute("""
+        CREATE FUNCTION public.never_clash(user_id text, args jsonb) RETURNS text
+        LANGUAGE sql AS $$ SELECT NULL::text $$""")
+    register(reminders, name="book", action="insert", target="public.reminders",
+             label_zh="订", label_en="book", owner_column="user_id",
+             conflict_check="public.never_clash(text, jsonb)")
+    task = scalar(reminders, "SELECT agentdb.begin_task('u1', 'c', authenticated => true)")
+    args = psycopg.types.json.Jsonb({"content": "x", "remind_at": "2030-01-01 08:00+00"})
+    ok = scalar(reminders, "SELECT agentdb.invoke(%s, 'book', %s)", (task, args))
+    assert ok["outcome"] == "success"
+    reminders.execute("DROP FUNCTION public.never_clash(text, jsonb)")
+    receipt = scalar(reminders, "SELECT agentdb.invoke(%s, 'book', %s)",
+                     (task, psycopg.types.json.Jsonb({"content": "y", "remind_at": "2030-01-01 09:00+00"})))
+    # Not a "conflict" the user could act on: the check itself is missing.
+    assert (receipt["outcome"], receipt["refusal"]) == ("failed", "check_failed"), receipt
+    assert count(reminders, "reminders") == 1
