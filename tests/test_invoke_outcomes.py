@@ -4,6 +4,7 @@ and the target table."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -374,3 +375,40 @@ def test_bulk_set_cannot_move_a_row_to_another_owner(reminders):
                      expect_rows=1)
     check_recorded(reminders, receipt, outcome="success")
     assert one(reminders, "SELECT user_id, done FROM reminders") == {"user_id": "u1", "done": True}
+
+
+# --- user-facing sentences -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_detail_sentences_name_nothing_internal(reminders, lang):
+    reminders.execute("SELECT agentdb.grant_permission('u2', 'DELETE')")
+    task = begin(reminders, lang=lang)
+    rid = add(reminders, task)["key"]["id"]
+    receipts = [
+        add(reminders, task, content="second"),                                           # success
+        add(reminders, task),                                                             # duplicate
+        invoke(reminders, task, "nope", ADD),                                             # unknown tool
+        invoke(reminders, task, "", ADD),                                                 # empty tool
+        invoke(reminders, task, "add_reminder", {**ADD, "remind_at": "soon"}),            # bad value
+        invoke(reminders, task, "add_reminder", {"content": "x"}),                        # missing
+        invoke(reminders, task, "add_reminder", {"colour": "red"}),                       # unknown field
+        invoke(reminders, task, "add_reminder", "[]", raw=True),                          # not an object
+        invoke(reminders, task, "add_reminder", {**ADD, "content": "x" * 70000}),         # too large
+        invoke(reminders, task, "edit_reminder", {"id": rid, "content": "y", "version": 9}),  # stale
+        invoke(reminders, task, "edit_reminder", {"id": 999, "content": "y", "version": 1}),  # not found
+        invoke(reminders, task, "finish_reminders",
+               {"where": {"done": False}, "set": {"done": True}}, expect_rows=9),         # row count
+        invoke(reminders, task, "delete_reminder", {"where": {}}, expect_rows=1),         # unbounded
+        add(reminders, begin(reminders, lang=lang, authenticated=False)),                 # not logged in
+        add(reminders, begin(reminders, user="u2", lang=lang)),                           # no permission
+    ]
+    assert len({(r["outcome"], r["refusal"]) for r in receipts}) == len(receipts)
+    for receipt in receipts:
+        check_recorded(reminders, receipt, outcome=receipt["outcome"], refusal=receipt["refusal"])
+        if lang == "zh":
+            assert not re.search(r"[A-Za-z_]", receipt["detail"]), receipt
+    success = receipts[0]["detail"]
+    assert ("记一条提醒" if lang == "zh" else "set a reminder") in success
+    not_created = receipts[1]["detail"]
+    assert ("没有重复创建" if lang == "zh" else "no new one was created") in not_created
