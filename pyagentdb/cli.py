@@ -90,6 +90,17 @@ def cmd_demo(args) -> int:
     return demo.run(target.dsn, lang=args.lang, color=color, as_json=args.json)
 
 
+def cmd_worker(args) -> int:
+    from . import worker
+
+    target = _target(args)
+    ran = worker.run_worker(target.dsn, once=args.once, poll=args.poll, max_seconds=args.max_seconds,
+                            as_json=args.json)
+    if args.once and not args.json:
+        print(f"{ran} action(s) run")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -120,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", parents=[common], help="server and schema version")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("worker", parents=[common], help="run approved actions (LISTEN/NOTIFY queue)")
+    p.add_argument("--once", action="store_true", help="run what is approved now, then exit")
+    p.add_argument("--poll", type=float, default=5.0, help="seconds between sweeps (default 5)")
+    p.add_argument("--max-seconds", type=float, help="stop after this long")
+    p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("demo", parents=[common], help="walk through every failure class")
     p.add_argument("--lang", choices=["en", "zh"], default="en", help="language the user reads")

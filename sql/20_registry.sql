@@ -1,5 +1,11 @@
 -- Tool registry and per-user permissions.
 
+-- Earlier signature (before confirm_ttl): dropped so named calls stay unambiguous.
+DROP FUNCTION IF EXISTS agentdb.register_tool(
+    text, text, regclass, text, text, text[], text, text[], text[], regprocedure, text, text, text,
+    boolean, integer
+);
+
 -- Register (or re-register) a tool. Validates the table and every column
 -- named, and fails with a message that says what to fix.
 CREATE OR REPLACE FUNCTION agentdb.register_tool(
@@ -17,7 +23,8 @@ CREATE OR REPLACE FUNCTION agentdb.register_tool(
     version_column text DEFAULT NULL,
     description text DEFAULT NULL,
     needs_confirm boolean DEFAULT false,
-    max_rows integer DEFAULT NULL
+    max_rows integer DEFAULT NULL,
+    confirm_ttl interval DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -42,6 +49,10 @@ BEGIN
     END IF;
     IF risk IS NULL OR risk NOT IN ('read', 'write', 'irreversible') THEN
         RAISE EXCEPTION 'tool %: risk must be read, write or irreversible, not %', name, coalesce(risk, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF confirm_ttl IS NOT NULL AND confirm_ttl <= interval '0' THEN
+        RAISE EXCEPTION 'tool %: confirm_ttl must be positive, not %', name, confirm_ttl
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF target IS NULL THEN
@@ -104,13 +115,14 @@ BEGIN
 
     INSERT INTO agentdb_private.tools AS t (
         name, action, target, label_zh, label_en, description, key_columns, owner_column,
-        compare_columns, dedup_columns, conflict_check, risk, version_column, needs_confirm, max_rows
+        compare_columns, dedup_columns, conflict_check, risk, version_column, needs_confirm, max_rows,
+        confirm_ttl
     ) VALUES (
         register_tool.name, register_tool.action, register_tool.target, register_tool.label_zh,
         register_tool.label_en, register_tool.description, v_keys, register_tool.owner_column,
         register_tool.compare_columns, register_tool.dedup_columns, register_tool.conflict_check,
         register_tool.risk, register_tool.version_column, coalesce(register_tool.needs_confirm, false),
-        register_tool.max_rows
+        register_tool.max_rows, coalesce(register_tool.confirm_ttl, interval '30 minutes')
     )
     ON CONFLICT ON CONSTRAINT tools_pkey DO UPDATE SET
         action = excluded.action, target = excluded.target, label_zh = excluded.label_zh,
@@ -119,7 +131,7 @@ BEGIN
         compare_columns = excluded.compare_columns, dedup_columns = excluded.dedup_columns,
         conflict_check = excluded.conflict_check, risk = excluded.risk,
         version_column = excluded.version_column, needs_confirm = excluded.needs_confirm,
-        max_rows = excluded.max_rows, updated_at = now();
+        max_rows = excluded.max_rows, confirm_ttl = excluded.confirm_ttl, updated_at = now();
 
     RETURN (SELECT to_jsonb(t) FROM agentdb.tools AS t WHERE t.name = register_tool.name);
 END

@@ -126,25 +126,40 @@ BEGIN
 END
 $$;
 
--- The honest message built from the task's steps, replacing a false reply.
+-- The honest message built from the task's steps (and the drafts it proposed),
+-- replacing a false reply.
 CREATE OR REPLACE FUNCTION agentdb_private.honest_text(p_task agentdb_private.tasks)
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH steps AS (
-        SELECT s ->> 'detail' AS detail, (s ->> 'succeeded')::boolean AS ok, (s ->> 'seq')::int AS seq
-          FROM jsonb_array_elements(agentdb_private.report_steps(p_task.id)) AS s
-    )
-    SELECT CASE
-        WHEN NOT EXISTS (SELECT 1 FROM steps) THEN agentdb_private.msg('gate.no_tool', p_task.lang)
-        ELSE agentdb_private.msg(
-                CASE WHEN bool_and(ok) THEN 'gate.correction'
-                     WHEN bool_or(ok) THEN 'gate.partial'
-                     ELSE 'gate.none_done' END, p_task.lang)
-             || E'\n' || string_agg('- ' || detail, E'\n' ORDER BY seq)
-    END
-      FROM steps
+DECLARE
+    v_steps jsonb := agentdb_private.report_steps(p_task.id);
+    v_drafts text [];
+    v_lines text [] := '{}';
+    v_ok integer;
+    v_total integer := jsonb_array_length(v_steps);
+BEGIN
+    v_drafts := ARRAY(
+        SELECT '- ' || agentdb_private.msg('draft.proposed', p_task.lang, jsonb_build_object(
+                   'ordinal', d.ordinal, 'summary', CASE WHEN p_task.lang = 'en' THEN d.summary_en ELSE d.summary_zh END))
+          FROM agentdb_private.drafts AS d
+         WHERE d.task_id = p_task.id AND d.status = 'proposed'
+         ORDER BY d.ordinal);
+    IF v_total = 0 AND cardinality(v_drafts) = 0 THEN
+        RETURN agentdb_private.msg('gate.no_tool', p_task.lang);
+    END IF;
+    SELECT count(*) FILTER (WHERE (s ->> 'succeeded')::boolean) INTO v_ok FROM jsonb_array_elements(v_steps) AS s;
+    v_lines := ARRAY[agentdb_private.msg(
+        CASE WHEN v_ok = v_total THEN 'gate.correction' WHEN v_ok > 0 THEN 'gate.partial' ELSE 'gate.none_done' END,
+        p_task.lang)];
+    v_lines := v_lines || ARRAY(
+        SELECT '- ' || (s ->> 'detail') FROM jsonb_array_elements(v_steps) AS s ORDER BY (s ->> 'seq')::int);
+    IF cardinality(v_drafts) > 0 THEN
+        v_lines := v_lines || agentdb_private.msg('gate.drafts', p_task.lang) || v_drafts;
+    END IF;
+    RETURN array_to_string(v_lines, E'\n');
+END
 $$;
 
 -- The exit gate. Stores the claims, decides deliver or replace from the
@@ -220,6 +235,8 @@ BEGIN
     VALUES (v_task.id, v_task.user_id, 'reply', CASE WHEN v_verdict = 'deliver' THEN 'SUCCESS' ELSE 'REFUSED' END,
             v_verdict, format('%s claim(s), %s pending', jsonb_array_length(v_claims), jsonb_array_length(v_pending)),
             jsonb_build_object('model_text', left(model_text, 100000), 'claims', v_claims, 'pending', v_pending));
+    -- Either text shows this task's draft summaries: they now count as seen.
+    PERFORM agentdb.mark_drafts_shown(v_task.id);
     -- The reply ends the turn: no tool may run in this task afterwards.
     UPDATE agentdb_private.tasks AS t SET closed_at = coalesce(t.closed_at, clock_timestamp())
      WHERE t.id = v_task.id;

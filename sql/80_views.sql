@@ -60,6 +60,7 @@ SELECT
     t.version_column,
     t.needs_confirm OR t.risk = 'irreversible' AS needs_confirm,
     t.max_rows,
+    t.confirm_ttl,
     agentdb_private.args_schema(t) AS args_schema,
     t.created_at,
     t.updated_at

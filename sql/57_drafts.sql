@@ -1,0 +1,363 @@
+-- Drafts: risky tools are proposed, shown to the user, and run only when the
+-- user confirms in a later message. The boundary lives here, not in a prompt.
+
+-- A user-facing summary of a call: the tool's label and the values asked for,
+-- in table column order (values only: column names never reach the user).
+CREATE OR REPLACE FUNCTION agentdb_private.summarize(p_tool agentdb_private.tools, p_args jsonb, p_lang text)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH flat AS (
+        SELECT CASE WHEN p_args ? 'where' AND jsonb_typeof(p_args -> 'where') = 'object'
+                    THEN coalesce(p_args -> 'set', '{}') || (p_args -> 'where') ELSE p_args END AS a
+    )
+    SELECT CASE WHEN p_lang = 'en' THEN p_tool.label_en ELSE p_tool.label_zh END
+        || coalesce(CASE WHEN p_lang = 'en' THEN ': ' ELSE ':' END || string_agg(
+            left(flat.a ->> c.column_name, 80), CASE WHEN p_lang = 'en' THEN ', ' ELSE ',' END
+            ORDER BY c.ordinal), '')
+      FROM flat
+      LEFT JOIN LATERAL (
+          SELECT t.column_name, row_number() OVER () AS ordinal
+            FROM agentdb_private.table_columns(p_tool.target) AS t
+      ) AS c ON flat.a ? c.column_name AND c.column_name IS DISTINCT FROM p_tool.owner_column
+             AND jsonb_typeof(flat.a -> c.column_name) NOT IN ('null', 'object', 'array')
+     GROUP BY flat.a
+$$;
+
+CREATE OR REPLACE FUNCTION agentdb_private.args_hash(p_args jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT encode(sha256(convert_to(coalesce(p_args::text, 'null'), 'UTF8')), 'hex') $$;
+
+-- Find a draft by id (uuid text) or by its ordinal in the task's conversation
+-- ("第二个吧" -> '2'). Returns NULL and a refusal code when it cannot be used.
+CREATE OR REPLACE FUNCTION agentdb_private.resolve_draft(
+    p_task agentdb_private.tasks, p_ref text, OUT draft agentdb_private.drafts, OUT refusal text
+)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    refusal := NULL;
+    IF p_ref ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+        SELECT * INTO draft FROM agentdb_private.drafts AS d WHERE d.id = p_ref::uuid FOR UPDATE;
+    ELSIF trim(p_ref) ~ '^[0-9]{1,9}$' THEN
+        SELECT * INTO draft FROM agentdb_private.drafts AS d
+         WHERE d.user_id = p_task.user_id AND d.conversation_id = p_task.conversation_id
+           AND d.ordinal = trim(p_ref)::integer
+        FOR UPDATE;
+    END IF;
+    IF draft.id IS NULL THEN
+        refusal := 'draft_not_found';
+    ELSIF draft.user_id <> p_task.user_id THEN
+        refusal := 'draft_not_yours';
+    ELSIF draft.conversation_id <> p_task.conversation_id THEN
+        refusal := 'draft_other_conversation';
+    END IF;
+END
+$$;
+
+-- Propose a call of a tool that needs confirmation. Nothing is written to the
+-- target: the arguments are checked by a dry run that is rolled back.
+CREATE OR REPLACE FUNCTION agentdb.propose(
+    task uuid, tool text, args jsonb, reason text DEFAULT NULL, expect_rows integer DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task agentdb_private.tasks;
+    v_tool agentdb_private.tools;
+    v_dry jsonb;
+    v_ordinal integer;
+    v_draft agentdb_private.drafts;
+    v_lang text;
+BEGIN
+    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = propose.task FOR UPDATE;
+    SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = propose.tool;
+    v_dry := agentdb_private.gate_checks(v_task, propose.tool, v_tool);
+    IF v_dry IS NULL THEN
+        -- Dry run: the full guarded write, then rolled back whatever happened.
+        BEGIN
+            v_dry := agentdb_private.guarded_write(v_tool, v_task.user_id, propose.args, propose.expect_rows, NULL);
+            RAISE EXCEPTION USING ERRCODE = 'AD002', MESSAGE = 'dry run';
+        EXCEPTION WHEN SQLSTATE 'AD002' THEN
+            NULL;
+        END;
+        IF v_dry ->> 'outcome' = 'success' THEN
+            v_dry := NULL;
+        END IF;
+    END IF;
+    IF v_dry IS NOT NULL THEN
+        IF v_task.id IS NULL THEN
+            v_task.id := propose.task;
+            RETURN agentdb_private.record_step(v_task, NULL, left(propose.tool, 200), NULL, propose.args,
+                propose.reason, NULL, clock_timestamp(), v_dry);
+        END IF;
+        RETURN agentdb_private.record_step(v_task, agentdb_private.next_seq(v_task.id), left(propose.tool, 200),
+            v_tool, propose.args, propose.reason, NULL, clock_timestamp(), v_dry);
+    END IF;
+
+    -- Ordinals count per conversation: 1, 2, 3 ... as the user sees them.
+    PERFORM pg_advisory_xact_lock(hashtextextended('agentdb-draft|' || v_task.user_id || '|' || v_task.conversation_id, 0));
+    SELECT coalesce(max(d.ordinal), 0) + 1 INTO v_ordinal FROM agentdb_private.drafts AS d
+     WHERE d.user_id = v_task.user_id AND d.conversation_id = v_task.conversation_id;
+    INSERT INTO agentdb_private.drafts (
+        user_id, conversation_id, task_id, ordinal, tool, args, args_hash, expect_rows,
+        summary_zh, summary_en, expires_at
+    ) VALUES (
+        v_task.user_id, v_task.conversation_id, v_task.id, v_ordinal, v_tool.name, propose.args,
+        agentdb_private.args_hash(propose.args), propose.expect_rows,
+        agentdb_private.summarize(v_tool, propose.args, 'zh'), agentdb_private.summarize(v_tool, propose.args, 'en'),
+        clock_timestamp() + v_tool.confirm_ttl
+    ) RETURNING * INTO v_draft;
+    v_lang := v_task.lang;
+    INSERT INTO agentdb_private.audit (task_id, user_id, tool, action, target, status, outcome, detail)
+    VALUES (v_task.id, v_task.user_id, v_tool.name, 'propose', v_tool.target::text, 'SUCCESS', 'proposed',
+            format('draft %s (%s), expires %s', v_draft.ordinal, v_draft.id, v_draft.expires_at));
+    RETURN jsonb_build_object(
+        'outcome', 'proposed',
+        'draft_id', v_draft.id,
+        'ordinal', v_draft.ordinal,
+        'tool', v_tool.name,
+        'label', CASE WHEN v_lang = 'en' THEN v_tool.label_en ELSE v_tool.label_zh END,
+        'summary', CASE WHEN v_lang = 'en' THEN v_draft.summary_en ELSE v_draft.summary_zh END,
+        'expires_at', v_draft.expires_at,
+        'verified', false,
+        'detail', agentdb_private.msg('draft.proposed', v_lang, jsonb_build_object(
+            'ordinal', v_draft.ordinal,
+            'summary', CASE WHEN v_lang = 'en' THEN v_draft.summary_en ELSE v_draft.summary_zh END)),
+        'instruction', agentdb_private.msg('draft.instruction', v_lang,
+            jsonb_build_object('ordinal', v_draft.ordinal)));
+END
+$$;
+
+-- Record that a task's delivered reply showed its drafts to the user. The gate
+-- calls this on delivery; runtimes without the gate may call it themselves.
+CREATE OR REPLACE FUNCTION agentdb.mark_drafts_shown(task uuid)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    UPDATE agentdb_private.drafts AS d SET shown_in_task = d.task_id, shown_at = clock_timestamp()
+     WHERE d.task_id = mark_drafts_shown.task AND d.status = 'proposed' AND d.shown_in_task IS NULL;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+-- Confirm a draft: run it once, through the same guarded write as invoke,
+-- only if every condition of the boundary holds. Each refusal is a step with
+-- its own reason and honest message.
+CREATE OR REPLACE FUNCTION agentdb.confirm(task uuid, draft_ref text)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task agentdb_private.tasks;
+    v_tool agentdb_private.tools;
+    v_draft agentdb_private.drafts;
+    v_refusal text;
+    v_found record;
+    v_shown_task agentdb_private.tasks;
+    v_receipt jsonb;
+    v_extra jsonb := '{}';
+BEGIN
+    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = confirm.task FOR UPDATE;
+    IF NOT FOUND THEN
+        v_task.id := confirm.task;
+        RETURN agentdb_private.record_step(v_task, NULL, NULL, NULL, jsonb_build_object('draft', left(draft_ref, 200)),
+            'confirm', NULL, clock_timestamp(),
+            agentdb_private.not_done('refused', 'unknown_task', format('no task %s', confirm.task)));
+    END IF;
+    SELECT * INTO v_found FROM agentdb_private.resolve_draft(v_task, coalesce(draft_ref, ''));
+    v_draft := v_found.draft;
+    v_refusal := v_found.refusal;
+    IF v_refusal IS NULL THEN
+        SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = v_draft.tool;
+        -- A repeated confirm in the same task returns the first receipt (no double write).
+        IF v_draft.status = 'confirmed' AND v_draft.closed_in_task = v_task.id THEN
+            RETURN agentdb_private.invoke_core(v_task.id, v_draft.tool, v_draft.args, 'draft:' || v_draft.id,
+                NULL, v_draft.expect_rows, NULL, true);
+        END IF;
+        SELECT * INTO v_shown_task FROM agentdb_private.tasks AS t WHERE t.id = v_draft.shown_in_task;
+        v_refusal := CASE
+            WHEN v_draft.status IN ('confirmed', 'failed') THEN 'draft_used'
+            WHEN v_draft.status = 'superseded' THEN 'draft_superseded'
+            WHEN v_draft.status = 'rejected' THEN 'draft_rejected'
+            WHEN v_draft.status = 'expired' OR v_draft.expires_at < clock_timestamp() THEN 'draft_expired'
+            WHEN v_draft.task_id = v_task.id OR v_draft.shown_in_task = v_task.id THEN 'draft_same_turn'
+            WHEN v_draft.shown_in_task IS NULL THEN 'draft_not_shown'
+            WHEN v_shown_task.created_at >= v_task.created_at THEN 'draft_same_turn'
+            WHEN v_draft.args_hash <> agentdb_private.args_hash(v_draft.args) THEN 'draft_tampered'
+            WHEN v_tool.name IS NULL THEN 'unknown_tool'
+        END;
+        IF v_refusal = 'draft_superseded' THEN
+            v_extra := jsonb_build_object('new_ordinal',
+                (SELECT d.ordinal FROM agentdb_private.drafts AS d WHERE d.id = v_draft.superseded_by));
+        END IF;
+        IF v_refusal = 'draft_expired' AND v_draft.status = 'proposed' THEN
+            UPDATE agentdb_private.drafts AS d SET status = 'expired', closed_at = clock_timestamp()
+             WHERE d.id = v_draft.id;
+        END IF;
+    END IF;
+    IF v_refusal IS NOT NULL THEN
+        RETURN agentdb_private.record_step(v_task, agentdb_private.next_seq(v_task.id),
+            coalesce(v_draft.tool, 'confirm'), v_tool,
+            jsonb_build_object('draft', left(draft_ref, 200)), 'confirm', NULL, clock_timestamp(),
+            agentdb_private.not_done('refused', v_refusal, format('draft %s: %s', left(draft_ref, 200), v_refusal),
+                v_extra || jsonb_build_object('ordinal', v_draft.ordinal)));
+    END IF;
+
+    v_receipt := agentdb_private.invoke_core(v_task.id, v_draft.tool, v_draft.args, 'draft:' || v_draft.id,
+        format('confirmed draft %s', v_draft.ordinal), v_draft.expect_rows, NULL, true);
+    UPDATE agentdb_private.drafts AS d
+       SET status = CASE WHEN v_receipt ->> 'outcome' = 'success' THEN 'confirmed' ELSE 'failed' END,
+           closed_in_task = v_task.id, closed_at = clock_timestamp(),
+           step_id = (v_receipt ->> 'step_id')::bigint
+     WHERE d.id = v_draft.id;
+    RETURN v_receipt || jsonb_build_object('draft_id', v_draft.id, 'ordinal', v_draft.ordinal);
+END
+$$;
+
+-- "改到周五再确认": a revision supersedes the draft with a new one (new ordinal).
+CREATE OR REPLACE FUNCTION agentdb.revise(task uuid, draft_ref text, args jsonb, reason text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task agentdb_private.tasks;
+    v_draft agentdb_private.drafts;
+    v_refusal text;
+    v_found record;
+    v_new jsonb;
+BEGIN
+    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = revise.task FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN agentdb.propose(revise.task, NULL, revise.args, revise.reason);
+    END IF;
+    SELECT * INTO v_found FROM agentdb_private.resolve_draft(v_task, coalesce(draft_ref, ''));
+    v_draft := v_found.draft;
+    v_refusal := v_found.refusal;
+    IF v_refusal IS NULL AND v_draft.status <> 'proposed' THEN
+        v_refusal := CASE v_draft.status WHEN 'superseded' THEN 'draft_superseded' WHEN 'rejected' THEN 'draft_rejected'
+                          WHEN 'expired' THEN 'draft_expired' ELSE 'draft_used' END;
+    END IF;
+    IF v_refusal IS NOT NULL THEN
+        RETURN agentdb_private.record_step(v_task, agentdb_private.next_seq(v_task.id),
+            coalesce(v_draft.tool, 'revise'), (SELECT t FROM agentdb_private.tools AS t WHERE t.name = v_draft.tool),
+            jsonb_build_object('draft', left(draft_ref, 200)), 'revise', NULL, clock_timestamp(),
+            agentdb_private.not_done('refused', v_refusal, format('draft %s: %s', left(draft_ref, 200), v_refusal)));
+    END IF;
+    v_new := agentdb.propose(revise.task, v_draft.tool, revise.args, coalesce(revise.reason, 'revision'),
+                             v_draft.expect_rows);
+    IF v_new ->> 'outcome' = 'proposed' THEN
+        UPDATE agentdb_private.drafts AS d
+           SET status = 'superseded', superseded_by = (v_new ->> 'draft_id')::uuid,
+               closed_in_task = v_task.id, closed_at = clock_timestamp()
+         WHERE d.id = v_draft.id;
+        v_new := v_new || jsonb_build_object('supersedes', v_draft.ordinal);
+    END IF;
+    RETURN v_new;
+END
+$$;
+
+-- "算了": close a draft without running it.
+CREATE OR REPLACE FUNCTION agentdb.reject(task uuid, draft_ref text)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task agentdb_private.tasks;
+    v_draft agentdb_private.drafts;
+    v_refusal text;
+    v_found record;
+BEGIN
+    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = reject.task;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('outcome', 'refused', 'refusal', 'unknown_task');
+    END IF;
+    SELECT * INTO v_found FROM agentdb_private.resolve_draft(v_task, coalesce(draft_ref, ''));
+    v_draft := v_found.draft;
+    v_refusal := v_found.refusal;
+    IF v_refusal IS NULL AND v_draft.status <> 'proposed' THEN
+        v_refusal := 'draft_closed';
+    END IF;
+    IF v_refusal IS NOT NULL THEN
+        RETURN jsonb_build_object('outcome', 'refused', 'refusal', v_refusal,
+            'detail', agentdb_private.msg('detail.refused.' || v_refusal, v_task.lang, '{}'));
+    END IF;
+    UPDATE agentdb_private.drafts AS d SET status = 'rejected', closed_in_task = v_task.id, closed_at = clock_timestamp()
+     WHERE d.id = v_draft.id;
+    INSERT INTO agentdb_private.audit (task_id, user_id, tool, action, status, outcome, detail)
+    VALUES (v_task.id, v_task.user_id, v_draft.tool, 'reject', 'SUCCESS', 'rejected', format('draft %s', v_draft.ordinal));
+    RETURN jsonb_build_object('outcome', 'rejected', 'draft_id', v_draft.id, 'ordinal', v_draft.ordinal,
+        'detail', agentdb_private.msg('draft.rejected', v_task.lang, jsonb_build_object('ordinal', v_draft.ordinal)));
+END
+$$;
+
+-- Expire drafts and actions whose time is up. Schedule it (pg_cron, or the worker).
+CREATE OR REPLACE FUNCTION agentdb.sweep_drafts()
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_drafts integer;
+    v_actions integer;
+BEGIN
+    UPDATE agentdb_private.drafts AS d SET status = 'expired', closed_at = clock_timestamp()
+     WHERE d.status = 'proposed' AND d.expires_at < clock_timestamp();
+    GET DIAGNOSTICS v_drafts = ROW_COUNT;
+    UPDATE agentdb_private.actions AS a SET status = 'expired', finished_at = clock_timestamp()
+     WHERE a.status = 'pending' AND a.expires_at < clock_timestamp();
+    GET DIAGNOSTICS v_actions = ROW_COUNT;
+    RETURN v_drafts + v_actions;
+END
+$$;
+
+CREATE OR REPLACE VIEW agentdb.drafts AS
+SELECT
+    d.id AS draft_id,
+    d.user_id,
+    d.conversation_id,
+    d.ordinal,
+    d.tool,
+    d.args,
+    d.summary_zh,
+    d.summary_en,
+    d.status,
+    d.created_at,
+    d.expires_at,
+    d.shown_at,
+    d.closed_at,
+    d.step_id,
+    d.task_id AS proposed_in_task,
+    d.shown_in_task,
+    d.closed_in_task,
+    n.ordinal AS superseded_by_ordinal
+FROM agentdb_private.drafts AS d
+LEFT JOIN agentdb_private.drafts AS n ON d.superseded_by = n.id;
+
+GRANT EXECUTE ON FUNCTION
+agentdb.propose(uuid, text, jsonb, text, integer),
+agentdb.confirm(uuid, text),
+agentdb.revise(uuid, text, jsonb, text),
+agentdb.reject(uuid, text)
+TO agentdb_agent;
+GRANT EXECUTE ON FUNCTION agentdb.mark_drafts_shown(uuid), agentdb.sweep_drafts() TO agentdb_app;
+GRANT SELECT ON agentdb.drafts TO agentdb_app, agentdb_auditor;
