@@ -9,8 +9,8 @@ CREATE TABLE IF NOT EXISTS public.reminders (
     done boolean NOT NULL DEFAULT false,
     version bigint NOT NULL DEFAULT 1
 );
-COMMENT ON COLUMN public.reminders.content IS 'what to be reminded of';
-COMMENT ON COLUMN public.reminders.remind_at IS 'when to remind';
+COMMENT ON COLUMN public.reminders.content IS '提醒内容 / what to be reminded of';
+COMMENT ON COLUMN public.reminders.remind_at IS '提醒时间 / when to remind';
 
 SELECT agentdb.register_tool(
     name => 'add_reminder', action => 'insert', target => 'public.reminders',

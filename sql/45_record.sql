@@ -1,25 +1,58 @@
 -- Step and audit rows, and the receipt built from them.
 
 -- The user-facing sentence for a result: the most specific catalogue entry
--- (detail.<outcome>.<refusal>) or the outcome's general one.
-CREATE OR REPLACE FUNCTION agentdb_private.detail_text(p_result jsonb, p_label text, p_lang text)
+-- (detail.<outcome>.<refusal>) or the outcome's general one. A field with a
+-- column comment is named by that comment (its everyday name, "zh / en"); a conflict
+-- check's suggested alternative is offered.
+DROP FUNCTION IF EXISTS agentdb_private.detail_text(jsonb, text, text);
+CREATE OR REPLACE FUNCTION agentdb_private.detail_text(
+    p_result jsonb, p_label text, p_lang text, p_target regclass DEFAULT NULL
+)
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT agentdb_private.msg(
-        coalesce(
-            (SELECT m.code FROM agentdb_private.messages AS m
-              WHERE m.code = 'detail.' || (p_result ->> 'outcome') || '.' || (p_result ->> 'refusal')
-              LIMIT 1),
-            'detail.' || (p_result ->> 'outcome')),
+DECLARE
+    v_outcome text := p_result ->> 'outcome';
+    v_refusal text := p_result ->> 'refusal';
+    v_field text;
+    v_code text;
+BEGIN
+    IF p_target IS NOT NULL AND p_result ? 'field' THEN
+        SELECT d.description INTO v_field
+          FROM pg_catalog.pg_attribute AS a
+          JOIN pg_catalog.pg_description AS d
+            ON d.objoid = a.attrelid AND d.classoid = 'pg_catalog.pg_class'::regclass AND d.objsubid = a.attnum
+         WHERE a.attrelid = p_target AND a.attname = p_result ->> 'field' AND NOT a.attisdropped;
+        -- "提醒时间 / when to remind": the zh name, then the en name.
+        IF v_field LIKE '% / %' THEN
+            v_field := trim(split_part(v_field, ' / ', CASE WHEN p_lang = 'en' THEN 2 ELSE 1 END));
+        END IF;
+    END IF;
+    v_code := CASE
+        WHEN v_outcome = 'invalid' AND v_field IS NOT NULL THEN 'detail.invalid.named'
+        WHEN v_outcome = 'conflict' AND coalesce(p_result #>> '{conflict,alternative}', '') <> ''
+            THEN 'detail.conflict.alternative'
+        -- A single row that never arrived reads better as the general sentence.
+        WHEN v_refusal = 'row_count' AND coalesce((p_result ->> 'expected_rows')::int, 1) <= 1
+            THEN 'detail.' || v_outcome
+    END;
+    IF v_code IS NULL THEN
+        SELECT m.code INTO v_code FROM agentdb_private.messages AS m
+         WHERE m.code = 'detail.' || v_outcome || '.' || v_refusal LIMIT 1;
+    END IF;
+    RETURN agentdb_private.msg(
+        coalesce(v_code, 'detail.' || v_outcome),
         p_lang,
         jsonb_build_object(
             'label', p_label,
+            'field', v_field,
             'attempts', coalesce(p_result ->> 'attempts', '1'),
             'expected', p_result ->> 'expected_rows',
             'matched', p_result ->> 'matched_rows',
-            'reason', coalesce(p_result #>> '{conflict,reason}', '')))
+            'reason', coalesce(p_result #>> '{conflict,reason}', ''),
+            'alternative', coalesce(p_result #>> '{conflict,alternative}', '')));
+END
 $$;
 
 -- Write the step row and the audit row for one call and return its receipt.
@@ -77,7 +110,7 @@ BEGIN
         'attempts', coalesce((p_result ->> 'attempts')::int, 0),
         'key', p_result -> 'key',
         'row', p_result -> 'row',
-        'detail', agentdb_private.detail_text(p_result, v_label, v_lang)
+        'detail', agentdb_private.detail_text(p_result, v_label, v_lang, p_tool.target)
     ) || jsonb_strip_nulls(jsonb_build_object(
         'field', p_result -> 'field',
         'existing', p_result -> 'existing',

@@ -38,3 +38,11 @@ INSERT INTO agentdb_private.messages AS m (code, lang, body) VALUES
 ('rules.claims', 'zh', '只有工具返回成功且已核对,才能说已完成;没有调用工具,就什么都没有完成。'),
 ('rules.claims', 'en', 'Say something is done only when a tool returned success and verified; without a tool call, nothing is done.')
 ON CONFLICT (code, lang) DO UPDATE SET body = excluded.body;
+
+-- Details that name the missing field by its everyday name, or offer an alternative.
+INSERT INTO agentdb_private.messages AS m (code, lang, body) VALUES
+('detail.invalid.named', 'zh', '没能{label}:“{field}”缺失或格式不对,请补充后再试。什么都没有改动。'),
+('detail.invalid.named', 'en', 'Couldn''t {label}: "{field}" is missing or not in a form I could use. Please check it and try again; nothing was changed.'),
+('detail.conflict.alternative', 'zh', '没能{label}:{reason}。可以改成{alternative}吗?什么都没有改动。'),
+('detail.conflict.alternative', 'en', 'Couldn''t {label}: {reason}. Would {alternative} work instead? Nothing was changed.')
+ON CONFLICT (code, lang) DO UPDATE SET body = excluded.body;

@@ -288,3 +288,19 @@ def test_gate_roles(client, role_connect, reminders):
         agent.execute("SELECT agentdb.finalize_reply(%s, 'hi')", (task,))
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         agent.execute("SELECT * FROM agentdb.pending_claims")
+
+
+@pytest.mark.parametrize(("lang", "name"), [("zh", "“提醒时间”"), ("en", '"when to remind"')])
+def test_invalid_names_the_field_in_everyday_words(client, lang, name):
+    task = begin(client, lang)
+    receipt = client.invoke(task, "add_reminder", {**ARGS, "remind_at": "whenever"})
+    assert receipt.outcome == "invalid" and name in receipt.detail and "remind_at" not in receipt.detail
+
+
+def test_conflict_offers_the_alternative(client):
+    earlier = begin(client, "zh")
+    assert client.invoke(earlier, "add_reminder", {**ARGS, "content": "other"}).ok
+    task = begin(client, "zh")
+    verdict = not_created_reporter([Call("add_reminder_checked", ARGS)], LIE["zh"]).run(client, task).verdict
+    assert verdict.replaced and "那个时间已经有一条提醒了" in verdict.text
+    assert "可以改成晚十分钟吗" in verdict.text

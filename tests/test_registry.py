@@ -129,8 +129,9 @@ def test_insert_schema_from_column_types(reminders):
     assert set(s["properties"]) == {"content", "remind_at", "done", "version"}
     assert sorted(s["required"]) == ["content", "remind_at"]
     assert s["properties"]["remind_at"] == {"type": "string", "format": "date-time",
-                                            "description": "when to remind"}
-    assert s["properties"]["content"] == {"type": "string", "description": "what to be reminded of"}
+                                            "description": "提醒时间 / when to remind"}
+    content = {"type": "string", "description": "提醒内容 / what to be reminded of"}
+    assert s["properties"]["content"] == content
     assert s["properties"]["done"] == {"type": "boolean"}
     assert s["properties"]["version"] == {"type": "integer"}
 
