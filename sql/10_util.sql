@@ -55,6 +55,11 @@ BEGIN
     IF v_body IS NULL THEN
         RETURN p_code;
     END IF;
+    -- {Label}: the label with its first letter capitalised, to start a sentence.
+    IF strpos(v_body, '{Label}') > 0 THEN
+        v_body := replace(v_body, '{Label}',
+            upper(left(coalesce(p_vars ->> 'label', ''), 1)) || substr(coalesce(p_vars ->> 'label', ''), 2));
+    END IF;
     FOR v_key, v_val IN SELECT e.key, e.value FROM jsonb_each_text(coalesce(p_vars, '{}')) AS e LOOP
         v_body := replace(v_body, '{' || v_key || '}', coalesce(v_val, ''));
     END LOOP;

@@ -4,7 +4,7 @@
 
 INSERT INTO agentdb_private.messages AS m (code, lang, body) VALUES
 ('detail.success', 'zh', '{label}:已完成,并已核对无误。'),
-('detail.success', 'en', '{label}: done and checked.'),
+('detail.success', 'en', '{Label}: done and checked.'),
 ('detail.refused', 'zh', '没能{label}:这次没有执行,什么都没有改动。'),
 ('detail.refused', 'en', 'Couldn''t {label}: it was not carried out and nothing was changed.'),
 ('detail.refused.empty_tool', 'zh', '这个操作暂时做不了,什么都没有改动。'),
@@ -24,7 +24,7 @@ INSERT INTO agentdb_private.messages AS m (code, lang, body) VALUES
 ('detail.refused.too_many_rows', 'zh', '没能{label}:涉及的条目太多,需要你先确认。'),
 ('detail.refused.too_many_rows', 'en', 'Couldn''t {label}: it would change too many items and needs your confirmation first.'),
 ('detail.needs_confirmation', 'zh', '{label}需要你先确认,现在还没有执行。'),
-('detail.needs_confirmation', 'en', '{label} needs your confirmation first; nothing has been done yet.'),
+('detail.needs_confirmation', 'en', '{Label} needs your confirmation first; nothing has been done yet.'),
 ('detail.invalid', 'zh', '没能{label}:有一项信息缺失或格式不对,请补充后再试。什么都没有改动。'),
 ('detail.invalid', 'en', 'Couldn''t {label}: a detail was missing or not in a form I could use. Please check it and try again; nothing was changed.'),
 ('detail.invalid.missing_field', 'zh', '没能{label}:还缺一项必要的信息,请补充后再试。什么都没有改动。'),

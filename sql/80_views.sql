@@ -60,10 +60,11 @@ SELECT
     t.version_column,
     t.needs_confirm OR t.risk = 'irreversible' AS needs_confirm,
     t.max_rows,
-    t.confirm_ttl,
     agentdb_private.args_schema(t) AS args_schema,
     t.created_at,
-    t.updated_at
+    t.updated_at,
+    -- New columns go last: CREATE OR REPLACE VIEW can only append.
+    t.confirm_ttl
 FROM agentdb_private.tools AS t;
 
 CREATE OR REPLACE VIEW agentdb.permissions AS

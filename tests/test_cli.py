@@ -66,12 +66,22 @@ def test_demo_runs_twice_on_the_same_database(dsn):
         result = run_cli("demo", "--dsn", dsn, "--json")
         assert result.returncode == 0, result.stderr
         report = json.loads(result.stdout)
-        outcomes = [r["outcome"] for scene in report["scenes"] for r in scene["receipts"]]
-        assert outcomes.count("success") == 3  # two honest writes and one replay of the first receipt
-        assert {"refused", "duplicate", "invalid", "unverified", "conflict"} <= set(outcomes)
+        verdicts = {scene["scene"]: scene["verdict"] for scene in report["scenes"]}
+        assert verdicts["Honest success"] == "deliver"
+        assert verdicts["The liar: no tool called"] == "replace"
+        assert verdicts["Two steps, one failed"] == "replace"
+        assert verdicts["Asked only to look, the agent books"] == "replace"
+        assert report["counts"] == {
+            "reminders": 3,
+            "notes": 0,
+            "meetings": 1,
+            "bookings": 1,
+            "orders_repriced": 0,
+        }
+        for scene in report["scenes"]:
+            assert scene["model_said"] == scene["user_reads"] or scene["verdict"] == "replace"
     with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM pyagentdb_demo.reminders").fetchone()[0] == 2
-        assert conn.execute("SELECT count(*) FROM pyagentdb_demo.orders WHERE price <> 99").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM pyagentdb_demo.reminders").fetchone()[0] == 3
 
 
 def test_embedded_default_starts_and_reuses_its_data_dir(tmp_path):

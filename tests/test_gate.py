@@ -165,7 +165,7 @@ def test_partial_in_english(client):
         overclaimer(calls, "All done! I've set the reminder and saved the note.").run(client, task).verdict
     )
     assert verdict.replaced and verdict.text.startswith("Only part of this went through")
-    assert "Couldn't save a note" in verdict.text and "set a reminder: done" in verdict.text
+    assert "Couldn't save a note" in verdict.text and "Set a reminder: done" in verdict.text
 
 
 def test_claim_kind_must_match_the_effect(client):
@@ -198,8 +198,8 @@ def test_report_closes_tools_and_lists_steps(client):
     assert [s["label"] for s in report["steps"]] == ["set a reminder", "save a note"]
     assert client.invoke(task, "add_reminder", {**ARGS, "content": "again"}).refusal == "closed"
     text = client.report_text(task)
-    assert "1. set a reminder: succeeded and verified." in text
-    assert "2. save a note: did not succeed." in text and "Tools are closed" in text
+    assert "1. Set a reminder: succeeded and verified." in text
+    assert "2. Save a note: did not succeed." in text and "Tools are closed" in text
 
 
 def test_finalize_twice_returns_the_same_verdict(client, reminders):
