@@ -91,7 +91,7 @@ def check_recorded(conn, receipt: dict, *, outcome: str, refusal: str | None = N
     assert receipt["verified"] is verified, receipt
     assert isinstance(receipt["detail"], str) and receipt["detail"], receipt
     # The tool's label is the author's everyday phrase; everything else must be plain words.
-    plain = receipt["detail"].replace(receipt["label"] or "", "")
+    plain = re.sub(re.escape(receipt["label"] or ""), "", receipt["detail"], flags=re.IGNORECASE)
     assert not INTERNAL_WORDS.search(plain), receipt["detail"]
     assert "{" not in receipt["detail"], receipt["detail"]
     if outcome != "success":

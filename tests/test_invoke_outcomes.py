@@ -408,7 +408,7 @@ def test_detail_sentences_name_nothing_internal(reminders, lang):
         check_recorded(reminders, receipt, outcome=receipt["outcome"], refusal=receipt["refusal"])
         if lang == "zh":
             assert not re.search(r"[A-Za-z_]", receipt["detail"]), receipt
-    success = receipts[0]["detail"]
+    success = receipts[0]["detail"].lower()
     assert ("记一条提醒" if lang == "zh" else "set a reminder") in success
     not_created = receipts[1]["detail"]
     assert ("没有重复创建" if lang == "zh" else "no new one was created") in not_created
