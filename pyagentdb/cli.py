@@ -82,6 +82,25 @@ def cmd_status(args) -> int:
     return 0 if revision == status["head"] else 1
 
 
+def cmd_doctor(args) -> int:
+    from . import doctor
+
+    target = _target(args)
+    with server.connect(target) as conn:
+        report = doctor.check(conn)
+    report["embedded"] = target.embedded
+    if args.json:
+        print(json.dumps(report, default=str))
+    else:
+        for key, value in report.items():
+            if key not in ("problems", "ok"):
+                print(f"{key:26} {value}")
+        for problem in report["problems"]:
+            print(f"problem: {problem}", file=sys.stderr)
+        print("ok" if report["ok"] else f"{len(report['problems'])} problem(s)")
+    return 0 if report["ok"] else 1
+
+
 def cmd_demo(args) -> int:
     from . import demo
 
@@ -99,6 +118,31 @@ def cmd_worker(args) -> int:
     if args.once and not args.json:
         print(f"{ran} action(s) run")
     return 0
+
+
+def cmd_tools(args) -> int:
+    from . import schemas
+
+    target = _target(args)
+    with server.connect(target, autocommit=True) as conn:
+        definitions = schemas.tool_schemas(conn, args.format)
+    print(json.dumps(definitions, ensure_ascii=False, indent=None if args.json else 2))
+    return 0
+
+
+def cmd_mcp(args) -> int:
+    from . import mcp_server
+
+    try:
+        identity = mcp_server.identity_from(args.user, args.conversation, args.authenticated, args.lang)
+    except ValueError as exc:
+        print(f"pyagentdb mcp: {exc}", file=sys.stderr)
+        return 2
+    with mcp_server.stdout_to_stderr():  # stdout is the MCP wire; keep it clean while starting
+        target = _target(args)
+        server.connect(target).close()  # a clear error now rather than a silent pool timeout
+    return mcp_server.serve(target.dsn, identity, transport=args.transport, host=args.host, port=args.port,
+                            host_shows_results=args.host_shows_results)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="really drop every task, step and audit row")
     p.set_defaults(func=cmd_uninstall)
 
+    p = sub.add_parser("doctor", parents=[common], help="check server, schema, roles, queues")
+    p.set_defaults(func=cmd_doctor)
+
     p = sub.add_parser("status", parents=[common], help="server and schema version")
     p.set_defaults(func=cmd_status)
 
@@ -137,6 +184,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poll", type=float, default=5.0, help="seconds between sweeps (default 5)")
     p.add_argument("--max-seconds", type=float, help="stop after this long")
     p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("tools", parents=[common], help="tool definitions for LLM APIs, as JSON")
+    p.add_argument("--format", choices=["openai", "openai-responses", "anthropic", "mcp"], default="openai",
+                   help="openai (Chat Completions, default), openai-responses, anthropic or mcp")
+    p.set_defaults(func=cmd_tools)
+
+    p = sub.add_parser("mcp", parents=[common], help="serve the registered tools over MCP (stdio)")
+    p.add_argument("--user", help="the user every call acts for (default: $PYAGENTDB_USER); required")
+    p.add_argument("--conversation",
+                   help="conversation id (default: $PYAGENTDB_CONVERSATION, else one per run)")
+    p.add_argument("--authenticated", action="store_true", default=None,
+                   help="the user is logged in (default: $PYAGENTDB_AUTHENTICATED, else not: writes refused)")
+    p.add_argument("--lang", choices=["en", "zh"],
+                   help="language of details (default: $PYAGENTDB_LANG or en)")
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                   help="stdio (default) or streamable HTTP")
+    p.add_argument("--host", default="127.0.0.1", help="http: address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="http: port (default 8765)")
+    p.add_argument("--host-shows-results", action="store_true",
+                   help="the host shows every tool result to the user: a returned draft counts as shown")
+    p.set_defaults(func=cmd_mcp)
+
+    from .exam import cli as exam_cli
+
+    exam_cli.add_parser(sub, common)
 
     p = sub.add_parser("demo", parents=[common], help="walk through every failure class")
     p.add_argument("--lang", choices=["en", "zh"], default="en", help="language the user reads")
@@ -151,6 +223,15 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except server.ServerError as exc:
         print(f"pyagentdb: {exc}", file=sys.stderr)
+        return 1
+    except (psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedFunction,
+            psycopg.errors.UndefinedTable) as exc:
+        if "agentdb" not in str(exc):
+            print(f"pyagentdb: database error: {str(exc).strip()}", file=sys.stderr)
+            return 1
+        print(f"pyagentdb: the agentdb schema is not installed (or is too old) in this database: "
+              f"{str(exc).splitlines()[0]}\nFix: pyagentdb install"
+              + (f" --dsn '{args.dsn}'" if getattr(args, "dsn", None) else ""), file=sys.stderr)
         return 1
     except psycopg.Error as exc:
         print(f"pyagentdb: database error: {str(exc).strip()}", file=sys.stderr)

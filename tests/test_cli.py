@@ -96,3 +96,24 @@ def test_embedded_default_starts_and_reuses_its_data_dir(tmp_path):
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout)["schema_revision"] is not None
     assert (data_dir / "PG_VERSION").stat().st_mtime_ns == marker
+
+
+def test_doctor_json_and_exit_code(dsn, capsys):
+    assert cli.main(["doctor", "--dsn", dsn, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["schema_revision"] == report["head"]
+    assert all(report["roles"].values()) and report["pending_drafts"] == 0
+
+
+def test_not_installed_database_gets_the_fix_command(db, dsn, capsys):
+    db.execute("CREATE DATABASE cli_empty")
+    try:
+        empty = dsn.replace("dbname=agentdb_test", "dbname=cli_empty")
+        assert cli.main(["doctor", "--dsn", empty]) == 1
+        assert "pyagentdb install" in capsys.readouterr().err
+        assert cli.main(["worker", "--once", "--dsn", empty]) == 1
+        err = capsys.readouterr().err
+        assert "not installed" in err and f"pyagentdb install --dsn '{empty}'" in err
+        assert "Traceback" not in err
+    finally:
+        db.execute("DROP DATABASE cli_empty WITH (FORCE)")
