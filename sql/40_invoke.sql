@@ -315,7 +315,10 @@ BEGIN
         v_compare := coalesce(p_tool.compare_columns, v_set_cols);
         v_expect := p_expect_rows;
     END IF;
-    v_compare := ARRAY(SELECT c FROM unnest(v_compare) AS c WHERE c IS DISTINCT FROM v_ver);
+    -- Declared compare columns narrow what is compared; one the call did not
+    -- give has nothing to be compared with (it read as NULL: a false mismatch).
+    v_compare := ARRAY(SELECT c FROM unnest(v_compare) AS c
+                        WHERE c IS DISTINCT FROM v_ver AND c = ANY (v_set_cols));
 
     -- Identity (ALWAYS) and generated columns are the database's to fill: the
     -- tool's argument schema does not offer them, so they are unknown here too.
