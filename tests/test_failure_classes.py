@@ -308,3 +308,32 @@ def test_time_given_in_another_zone_verifies(events):
     receipt = add_event(events, task, starts_at="2030-05-01 17:00:00+08")
     check_recorded(events, receipt, outcome="success")
     assert scalar(events, "SELECT starts_at = '2030-05-01 09:00:00+00' FROM events")
+
+
+# --- declared compare columns ----------------------------------------------------------------
+
+
+def test_compare_columns_narrow_the_read_back(events):
+    """A tool may compare only some columns, e.g. when a trigger normalises another."""
+    trigger(events, "tidy_title", "BEFORE INSERT OR UPDATE", "NEW.title := initcap(NEW.title); RETURN NEW;")
+    events.execute("""
+        SELECT agentdb.register_tool(name => 'add_event_tidy', action => 'insert', target => 'public.events',
+            label_zh => '加一个日程', label_en => 'add an event', owner_column => 'owner',
+            compare_columns => ARRAY['starts_at', 'seats']);
+        SELECT agentdb.register_tool(name => 'edit_event_tidy', action => 'update', target => 'public.events',
+            label_zh => '改一个日程', label_en => 'change an event', owner_column => 'owner',
+            compare_columns => ARRAY['starts_at', 'seats']);
+    """)
+    task = begin(events)
+    strict = add_event(events, task)
+    check_recorded(events, strict, outcome="unverified", refusal="readback_mismatch")
+    assert strict["mismatched"] == ["title"]
+    # seats is a declared compare column the call does not give: not compared against NULL.
+    tidy = invoke(events, task, "add_event_tidy", EVENT)
+    check_recorded(events, tidy, outcome="success")
+    assert tidy["row"]["title"] == "Dentist"
+    edit = invoke(events, task, "edit_event_tidy", {"id": tidy["key"]["id"], "title": "the dentist"})
+    check_recorded(events, edit, outcome="success")
+    moved = invoke(events, task, "edit_event_tidy", {"id": tidy["key"]["id"], "seats": 2})
+    check_recorded(events, moved, outcome="success")
+    assert one(events, "SELECT title, seats FROM events") == {"title": "The Dentist", "seats": 2}
