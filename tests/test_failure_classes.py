@@ -337,3 +337,19 @@ def test_compare_columns_narrow_the_read_back(events):
     moved = invoke(events, task, "edit_event_tidy", {"id": tidy["key"]["id"], "seats": 2})
     check_recorded(events, moved, outcome="success")
     assert one(events, "SELECT title, seats FROM events") == {"title": "The Dentist", "seats": 2}
+
+
+@pytest.mark.parametrize("when", ["infinity", "-infinity"])
+def test_infinite_times_verify(events, when):
+    task = begin(events)
+    receipt = add_event(events, task, starts_at=when)
+    check_recorded(events, receipt, outcome="success")
+    assert scalar(events, "SELECT starts_at = %s::timestamptz FROM events", (when,))
+
+
+def test_infinite_time_stored_for_a_finite_one_does_not_verify(events):
+    trigger(events, "to_infinity", "BEFORE INSERT", "NEW.starts_at := 'infinity'; RETURN NEW;")
+    task = begin(events)
+    receipt = add_event(events, task)
+    check_recorded(events, receipt, outcome="unverified", refusal="readback_mismatch")
+    assert count(events, "events") == 0
