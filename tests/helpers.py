@@ -5,7 +5,6 @@ Every helper goes through SQL on a real server; nothing here decides an outcome.
 
 from __future__ import annotations
 
-import json
 import re
 
 import psycopg
@@ -124,18 +123,10 @@ def check_recorded(conn, receipt: dict, *, outcome: str, refusal: str | None = N
     return step, audit
 
 
-def make_table(conn, sql: str) -> None:
-    conn.execute(sql)
-
-
 def register(conn, **kw) -> dict:
     """agentdb.register_tool with named arguments."""
     names = ", ".join(f"{k} => %({k})s" for k in kw)
     return scalar(conn, f"SELECT agentdb.register_tool({names})", kw)
-
-
-def dumps(value) -> str:
-    return json.dumps(value, ensure_ascii=False)
 
 
 def ident(name: str) -> psycopg.sql.Identifier:

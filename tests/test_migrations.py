@@ -13,10 +13,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from alembic.script import ScriptDirectory
 from helpers import ident, scalar
 from psycopg.conninfo import make_conninfo
 
-from pyagentdb import examples, install
+from pyagentdb import examples, install, resources
 
 SCHEMAS = ("agentdb", "agentdb_private")
 
@@ -150,8 +151,9 @@ def test_each_revision_down_and_up_again(new_db):
     target = new_db()
     install.upgrade(target)
     before = schema_dump(target)
-    script = install.ScriptDirectory.from_config(install._config())
+    script = ScriptDirectory(str(resources.migrations_dir()))
     revisions = [r.revision for r in script.walk_revisions()]  # head first
+    assert revisions[0] == install.head_revision()
     for down_to in revisions[1:]:
         install.downgrade(target, down_to)
         assert revision(target) == down_to
