@@ -4,9 +4,11 @@ catalogs for every function and table."""
 
 from __future__ import annotations
 
+import uuid
+
 import psycopg
 import pytest
-from helpers import FAR_TIME, begin, check_recorded, count, invoke, rows, scalar
+from helpers import FAR_TIME, begin, check_recorded, count, ident, invoke, rows, scalar
 
 ADD = {"content": "pay rent", "remind_at": FAR_TIME}
 
@@ -135,17 +137,18 @@ def test_app_cannot(reminders, role_connect, sql):
 
 
 def test_a_plain_login_role_can_do_nothing(reminders, db, dsn):
-    db.execute("CREATE ROLE t_nobody LOGIN PASSWORD 'x'")
+    name = f"t_nobody_{uuid.uuid4().hex[:8]}"
+    db.execute(psycopg.sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'x'").format(ident(name)))
     try:
-        with psycopg.connect(dsn, user="t_nobody", password="x", autocommit=True) as conn:
-            denied(conn, "SELECT agentdb.invoke(gen_random_uuid(), 'add_reminder', '{}'::jsonb)")
-        with psycopg.connect(dsn, user="t_nobody", password="x", autocommit=True) as conn:
-            denied(conn, "SELECT * FROM agentdb.tools")
-        with psycopg.connect(dsn, user="t_nobody", password="x", autocommit=True) as conn:
-            denied(conn, "SELECT agentdb.begin_task('u1', 'c1')")
+        for sql in ("SELECT agentdb.invoke(gen_random_uuid(), 'add_reminder', '{}'::jsonb)",
+                    "SELECT * FROM agentdb.tools",
+                    "SELECT agentdb.begin_task('u1', 'c1')"):
+            with psycopg.connect(dsn, user=name, password="x", autocommit=True) as conn:
+                denied(conn, sql)
     finally:
-        db.execute("DROP OWNED BY t_nobody")
-        db.execute("DROP ROLE t_nobody")
+        db.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(ident(name)))
+        db.execute(psycopg.sql.SQL("DROP ROLE {}").format(ident(name)))
+    assert count(reminders, "agentdb.v_audit") == 0
 
 
 # --- the catalogs ----------------------------------------------------------------------------
