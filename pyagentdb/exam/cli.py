@@ -1,0 +1,96 @@
+"""`pyagentdb exam SCENARIOS... --agent SPEC -k N`: the command-line face of the exam."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def add_parser(sub, common: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "exam", parents=[common], help="judge an agent by the state it leaves (ledger exam)",
+        description="Run each scenario in a fresh database, judge the agent by the state it left crossed "
+        "with what it said, and report pass^k. Exit code 1 when any run fails, 2 for bad input.",
+    )
+    p.add_argument("scenarios", nargs="+", metavar="SCENARIO",
+                   help="scenario .toml files, or directories holding them")
+    p.add_argument("--agent", required=True, metavar="SPEC",
+                   help="noop | liar | openai | TRANSCRIPT.toml/.json | module:function | file.py:function")
+    p.add_argument("-k", type=int, default=1, metavar="K", help="k of pass^k; also the runs per scenario")
+    p.add_argument("--runs", type=int, metavar="N", help="runs per scenario (default K; must be >= K)")
+    p.add_argument("--base-url", help="--agent openai: the endpoint, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--model", help="--agent openai: the model name")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
+                   help="--agent openai: environment variable holding the API key (default OPENAI_API_KEY)")
+    p.add_argument("--max-turns", type=int, default=8, help="--agent openai: model turns per run (default 8)")
+    p.add_argument("--timeout", type=float, default=60.0, help="--agent openai: seconds per request")
+    p.add_argument("--junit", metavar="FILE", help="also write JUnit XML (one testcase per scenario x run)")
+    p.add_argument("--keep", action="store_true", help="keep each run's database (names in --json output)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--no-color", action="store_true", help="no ANSI colour")
+    p.set_defaults(func=cmd_exam)
+    return p
+
+
+def _progress(quiet: bool):
+    if quiet:
+        return None
+    from .judge import LABELS
+
+    def show(i, total, scenario, run, result):
+        if result is None:
+            return
+        width = len(str(total))
+        mark = "ok  " if result.passed else "FAIL"
+        print(f"[{i:>{width}}/{total}] {mark} {scenario.name} #{run}: {LABELS[result.cls]} "
+              f"({result.seconds:.1f}s)", file=sys.stderr, flush=True)
+
+    return show
+
+
+def cmd_exam(args) -> int:
+    from .. import server, textui
+    from . import agents, report, runner, scenario
+
+    runs = args.runs if args.runs is not None else args.k
+    if args.k < 1:
+        print("pyagentdb exam: -k must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    if runs < args.k:
+        print(f"pyagentdb exam: --runs {runs} is fewer than k={args.k}: pass^k needs at least k runs",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        scenarios = scenario.collect(args.scenarios)
+        agent = agents.load_agent(args.agent, base_url=args.base_url, model=args.model,
+                                  api_key=os.environ.get(args.api_key_env), max_turns=args.max_turns,
+                                  timeout=args.timeout)
+        if isinstance(agent, agents.Transcript):
+            agent.check_covers([s.name for s in scenarios])
+    except (scenario.ScenarioError, agents.AgentError) as exc:
+        print(f"pyagentdb exam: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    target = server.resolve(args.dsn, args.data_dir)
+    try:
+        results = runner.run_exam(target.dsn, scenarios, agent, runs, keep=args.keep,
+                                  progress=_progress(args.quiet))
+    except scenario.ScenarioError as exc:
+        print(f"pyagentdb exam: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    if args.junit:
+        Path(args.junit).write_bytes(report.junit_xml(scenarios, results, args.k))
+    if args.json:
+        data = report.to_json(scenarios, results, args.k, args.agent)
+        print(json.dumps(data, ensure_ascii=False, default=str))
+    else:
+        color = False if args.no_color else textui.use_color(sys.stdout)
+        print(report.render(scenarios, results, args.k, color=color))
+    return 0 if report.summarize(scenarios, results, args.k)["ok"] else EXIT_FAILED
