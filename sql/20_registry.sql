@@ -64,7 +64,7 @@ BEGIN
             USING HINT = 'Tools write to ordinary or partitioned tables, not views or sequences.',
                   ERRCODE = 'wrong_object_type';
     END IF;
-    IF target::text LIKE 'agentdb%' OR (SELECT n.nspname FROM pg_catalog.pg_class AS c
+    IF (SELECT n.nspname FROM pg_catalog.pg_class AS c
             JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace WHERE c.oid = target)
             IN ('agentdb', 'agentdb_private', 'pg_catalog', 'information_schema') THEN
         RAISE EXCEPTION 'tool %: % belongs to agentdb or the system and cannot be a tool target', name, target

@@ -268,6 +268,10 @@ BEGIN
                     format('%s is required', v_key), jsonb_build_object('field', v_key));
             END IF;
         END LOOP;
+        IF p_expect_rows IS NOT NULL AND p_expect_rows <> 1 THEN
+            RETURN agentdb_private.not_done('invalid', 'bad_expect_rows',
+                'an insert writes exactly one row; expect_rows must be 1 or omitted');
+        END IF;
         v_set_cols := ARRAY(SELECT jsonb_object_keys(v_args));
         v_compare := coalesce(p_tool.compare_columns, v_set_cols);
         v_expect := 1;

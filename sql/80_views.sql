@@ -47,7 +47,12 @@ CREATE OR REPLACE VIEW agentdb.tools AS
 SELECT
     t.name,
     t.action,
-    t.target::text AS target,
+    -- Schema-qualified whatever the reader's search_path.
+    (
+        SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class AS c
+        INNER JOIN pg_catalog.pg_namespace AS n ON c.relnamespace = n.oid
+        WHERE c.oid = t.target
+    ) AS target,
     t.label_zh,
     t.label_en,
     coalesce(t.description, t.label_en) AS description,
@@ -72,7 +77,11 @@ SELECT
     p.user_id,
     p.permission,
     p.tool,
-    p.target::text AS target,
+    (
+        SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class AS c
+        INNER JOIN pg_catalog.pg_namespace AS n ON c.relnamespace = n.oid
+        WHERE c.oid = p.target
+    ) AS target,
     p.granted_at
 FROM agentdb_private.permissions AS p;
 

@@ -412,3 +412,20 @@ def test_detail_sentences_name_nothing_internal(reminders, lang):
     assert ("记一条提醒" if lang == "zh" else "set a reminder") in success
     not_created = receipts[1]["detail"]
     assert ("没有重复创建" if lang == "zh" else "no new one was created") in not_created
+
+
+def test_insert_refuses_an_expect_rows_other_than_one(reminders):
+    task = reminders.execute("SELECT agentdb.begin_task('u1', 'c', authenticated => true)").fetchone()[0]
+    receipt = reminders.execute(
+        "SELECT agentdb.invoke(%s, 'add_reminder', %s::jsonb, expect_rows => 5)",
+        (task, '{"content": "x", "remind_at": "2026-12-01 08:00+08"}'),
+    ).fetchone()[0]
+    assert (receipt["outcome"], receipt["refusal"]) == ("invalid", "bad_expect_rows")
+    assert reminders.execute("SELECT count(*) FROM reminders").fetchone()[0] == 0
+
+
+def test_tools_target_is_schema_qualified_for_every_reader(reminders):
+    reminders.execute("SET search_path = public")
+    assert reminders.execute(
+        "SELECT target FROM agentdb.tools WHERE name = 'add_reminder'"
+    ).fetchone() == ("public.reminders",)
