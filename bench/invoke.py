@@ -243,6 +243,7 @@ def facts(conn: psycopg.Connection, dsn: str, embedded: bool) -> dict:
     return {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "nproc": os.cpu_count(),
+        "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()],
         "machine": platform.machine(),
         "python": platform.python_version(),
         "psycopg": psycopg.__version__,
@@ -439,7 +440,8 @@ def print_report(report: dict) -> None:
     print(f"  PostgreSQL {f['server_version']} ({f['server']}, {f['transport']}), nproc {f['nproc']}, "
           f"fsync={f['fsync']}, synchronous_commit={f['synchronous_commit']}, "
           f"wal_sync_method={f['wal_sync_method']}, jit={f['jit']}")
-    print(f"  git {f['git_commit']}, sql/ sha256 {f['sql_sha256']}")
+    print(f"  git {f['git_commit']}, sql/ sha256 {f['sql_sha256']}, load average at the end "
+          f"{' '.join(str(x) for x in f['loadavg_1_5_15'])} (other work on the machine adds noise)")
     p = report["params"]
     print(f"  n={p['n']} per workload per round, rounds={p['rounds']}, chunk={p['chunk']}, "
           f"tool={p['tool']}, calls per task={p['calls_per_task']}"
