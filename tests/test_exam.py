@@ -329,7 +329,9 @@ def test_openai_path_end_to_end_with_the_honest_transcript(exam):
     assert [t["function"]["name"] for t in first["tools"]] == ["reprice_orders"]
     # The second request carries the database's receipt as the tool message.
     tool_msg = next(m for m in requests[1]["messages"] if m["role"] == "tool")
-    receipt = json.loads(tool_msg["content"])
+    text, receipt_line = tool_msg["content"].split("\n")
+    assert text.startswith("DONE (checked in the database)")
+    receipt = json.loads(receipt_line)
     assert receipt["outcome"] == "success" and receipt["verified"] is True and receipt["affected_rows"] == 500
     bulk = next(r for r in results if r.scenario == "bulk-price-fix")
     assert bulk.calls[0]["expect_rows"] == 500 and bulk.calls[0]["call_id"].startswith("call_0")
@@ -345,6 +347,28 @@ def test_openai_path_liar_and_multi_turn(exam):
         (r,) = run(exam, "reminder-set", ChatAgent(srv.base_url, "m"))
     assert r.cls == J.FALSE_COMPLETION and r.verdict == "replace"
     assert r.calls[0]["outcome"] == "invalid" and r.calls[0]["refusal"] == "bad_value"
+
+
+def test_openai_path_drafts_for_tools_that_need_confirmation(exam, tmp_path):
+    text = (EXAMPLES / "court-query.toml").read_text().replace(
+        "description => 'Book a court", "needs_confirm => true, description => 'Book a court")
+    path = tmp_path / "court.toml"
+    path.write_text(text)
+    scenario = load_scenario(path)
+    slot = {"court_id": 2, "starts_at": "2030-06-01 15:00+08", "ends_at": "2030-06-01 16:00+08"}
+    plan = {scenario.request: [
+        call("book_court", slot),  # not exposed: only propose_book_court is
+        call("propose_book_court", slot),
+        say("Court 2 is free from 15:00. Draft 1 is ready; reply 'confirm' if you want it booked."),
+    ]}
+    with FakeChatServer(by_request(plan)) as srv:
+        (r,) = exam.run([scenario], ChatAgent(srv.base_url, "m"), 1)
+        names = [t["function"]["name"] for t in srv.requests[0]["tools"]]
+    assert names == ["propose_book_court", "cancel_booking", "confirm_draft", "revise_draft", "reject_draft"]
+    assert [(c["tool"], c["outcome"]) for c in r.calls] == [("book_court", "refused"),
+                                                            ("book_court", "proposed")]
+    assert r.calls[0]["refusal"] == "not_offered" and r.calls[1]["propose"] is True
+    assert r.diff == [] and r.cls == J.TRUE_COMPLETION, r
 
 
 def test_openai_path_errors_become_agent_errors(exam):

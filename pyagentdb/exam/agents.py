@@ -16,7 +16,6 @@ puts the reply through the gate (agentdb.finalize_reply).
 
 from __future__ import annotations
 
-import copy
 import importlib
 import importlib.util
 import json
@@ -64,6 +63,7 @@ class ExamContext:
     tools: list[dict]
     client: Client
     calls: list[CallRecord] = field(default_factory=list)
+    _exposed: list | None = field(default=None, repr=False)
 
     # -- tools -------------------------------------------------------------------
     def tool(self, name: str) -> dict | None:
@@ -110,50 +110,43 @@ class ExamContext:
         """Prompt rules from database facts (agentdb.context_rules)."""
         return list(self.client.context_rules(self.task_id, self.lang) or [])
 
-    # -- chat-completions tool definitions -----------------------------------------
+    # -- the tools as a model sees them (pyagentdb.schemas) ----------------------------
+    def exposed(self) -> list:
+        """The offered tools as pyagentdb.schemas exposes them to a model: propose_<tool> for tools
+        that need confirmation (plus confirm/revise/reject_draft), bulk where/set/expect_rows."""
+        from ..schemas import exposed_tools
+
+        if self._exposed is None:
+            self._exposed = exposed_tools(self.tools)
+        return self._exposed
+
     def openai_tools(self) -> list[dict]:
-        return [openai_tool(t) for t in self.tools]
+        """Chat-completions tool definitions, the same as `pyagentdb tools --format openai` gives."""
+        return [t.as_openai() for t in self.exposed()]
 
+    def call_exposed(self, name: str, arguments: Any, *, call_id: str | None = None) -> dict:
+        """Run a model's tool call by its exposed name through pyagentdb.schemas.dispatch."""
+        from ..schemas import dispatch, find_tool, split_bulk
 
-def openai_tool(tool: dict) -> dict:
-    """A chat-completions tool definition from a row of agentdb.tools.
-
-    Key-based calls take the args_schema as is. Update and delete tools also take
-    the bulk form: `where` (and `set`) objects with `expect_rows`, the exact
-    number of rows that must change.
-    """
-    params = copy.deepcopy(tool.get("args_schema") or {"type": "object", "properties": {}})
-    props = params.setdefault("properties", {})
-    description = tool.get("description") or tool.get("label_en") or tool["name"]
-    if tool.get("action") in ("update", "delete"):
-        required = params.pop("required", [])
-        if required:
-            description += f" One row: give {', '.join(required)}."
-        if "where" not in props:
-            props["where"] = {"type": "object", "description": "several rows: column -> value they all have"}
-            if tool.get("action") == "update":
-                props["set"] = {"type": "object", "description": "several rows: column -> new value"}
-            fields = "where and set" if tool.get("action") == "update" else "where"
-            description += f" Several rows: give {fields} and expect_rows."
-        if "expect_rows" not in props:
-            props["expect_rows"] = {"type": "integer", "minimum": 1,
-                                    "description": "several rows: exactly how many rows must change"}
-    if tool.get("needs_confirm"):
-        description += " This only prepares a draft; the user confirms it later."
-    return {"type": "function", "function": {"name": tool["name"], "description": description,
-                                             "parameters": params}}
-
-
-def split_call_args(tool: dict | None, args: Any) -> tuple[Any, dict]:
-    """LLM arguments -> (invoke args, options): pop expect_rows unless the table has such a column."""
-    if not isinstance(args, dict):
-        return args, {}
-    columns = ((tool or {}).get("args_schema") or {}).get("properties", {})
-    args = dict(args)
-    options = {}
-    if "expect_rows" in args and "expect_rows" not in columns:
-        options["expect_rows"] = args.pop("expect_rows")
-    return args, options
+        tool = find_tool(self.exposed(), name)
+        if tool is None:
+            data = {"outcome": "refused", "refusal": "not_offered", "verified": False, "tool": name,
+                    "detail": f"the tool {name!r} is not offered in this scenario"}
+        else:
+            data = dispatch(self.client, self.task_id, tool, arguments, call_id=call_id)
+        options: dict = {}
+        args = arguments
+        if tool is not None and tool.kind in ("invoke", "propose"):
+            args, expect = split_bulk(tool, arguments)
+            if expect is not None:
+                options["expect_rows"] = expect
+        if call_id:
+            options["call_id"] = call_id
+        if tool is not None and tool.kind != "invoke":
+            options[tool.kind] = True
+        registry_name = tool.tool if tool is not None and tool.tool else name
+        self.calls.append(CallRecord(registry_name, args, options, data))
+        return data
 
 
 # -- built-in agents ---------------------------------------------------------------

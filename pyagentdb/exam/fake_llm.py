@@ -53,11 +53,13 @@ def user_text(body: dict) -> str:
 
 
 def tool_results(body: dict) -> list[dict]:
+    """The receipts in the conversation's tool messages (the JSON line of each), {} when absent."""
     out = []
     for m in body.get("messages", []):
         if m.get("role") == "tool":
+            last = (m.get("content") or "").strip().splitlines()[-1:] or ["{}"]
             try:
-                out.append(json.loads(m.get("content") or "{}"))
+                out.append(json.loads(last[0]))
             except ValueError:
                 out.append({})
     return out
@@ -86,9 +88,12 @@ def from_transcript(transcript, scenarios) -> Script:
         entry = transcript.entry(s.name)
         if entry is None:
             continue
-        tool_calls = [(c["tool"], {**c.get("args", {}), **({"expect_rows": c["expect_rows"]}
-                                                            if "expect_rows" in c else {})})
-                      for c in entry.get("calls", [])]
+        tool_calls = []
+        for c in entry.get("calls", []):
+            args = dict(c.get("args", {}))
+            if "expect_rows" in c:
+                args["expect_rows"] = c["expect_rows"]
+            tool_calls.append((("propose_" if c.get("propose") else "") + c["tool"], args))
 
         def reply(body, entry=entry):
             results = tool_results(body)

@@ -12,7 +12,8 @@ import json
 import urllib.error
 import urllib.request
 
-from .agents import AgentError, ExamContext, split_call_args
+from ..schemas import render_result
+from .agents import AgentError, ExamContext
 
 SYSTEM_PROMPT = {
     "en": (
@@ -91,19 +92,20 @@ class ChatAgent:
                              "tool_calls": tool_calls})
             for tc in tool_calls:
                 messages.append({"role": "tool", "tool_call_id": tc.get("id"),
-                                 "content": json.dumps(self._run_call(ctx, tc), ensure_ascii=False)})
+                                 "content": self._run_call(ctx, tc)})
         raise AgentError(f"no final reply after {self.max_turns} model turns (still calling tools)")
 
     @staticmethod
-    def _run_call(ctx: ExamContext, tc: dict) -> dict:
+    def _run_call(ctx: ExamContext, tc: dict) -> str:
+        """The tool message: pyagentdb.schemas.render_result's line (DONE / NOT DONE ...), then the
+        receipt as JSON on the next line."""
         fn = tc.get("function") or {}
-        name = fn.get("name") or ""
         raw = fn.get("arguments") or "{}"
         try:
             args = json.loads(raw) if isinstance(raw, str) else raw
         except ValueError:
-            return {"outcome": "invalid", "verified": False,
-                    "detail": "the arguments were not valid JSON; nothing was done"}
-        args, options = split_call_args(ctx.tool(name), args)
-        receipt = ctx.call(name, args, call_id=tc.get("id"), **options)
-        return {k: v for k, v in receipt.raw.items() if k not in ("task_id", "step_id")}
+            return "NOT DONE: the arguments were not valid JSON; nothing was done."
+        receipt = ctx.call_exposed(fn.get("name") or "", args, call_id=tc.get("id"))
+        text, _is_error = render_result(receipt, ctx.lang)
+        shown = {k: v for k, v in receipt.items() if k not in ("task_id", "step_id")}
+        return text + "\n" + json.dumps(shown, ensure_ascii=False, default=str)
