@@ -249,7 +249,7 @@ def facts(conn: psycopg.Connection, dsn: str, embedded: bool) -> dict:
         "psycopg": psycopg.__version__,
         "server_version": setting("server_version"),
         "server": "embedded (temp data dir)" if embedded else "--dsn",
-        "transport": "unix socket" if (info.host or "").startswith("/") else f"tcp {info.host}",
+        "transport": "unix socket" if (info.host or "").startswith("/") else f"tcp {info.host}:{info.port}",
         "fsync": setting("fsync"),
         "synchronous_commit": setting("synchronous_commit"),
         "wal_sync_method": setting("wal_sync_method"),
@@ -432,6 +432,77 @@ def _collect_plan(acc: dict, text: str) -> None:
     acc[key] = (calls + 1, total + ms)
 
 
+
+# ---------------------------------------------------------------------------- network delay
+
+class DelayProxy:
+    """A TCP proxy in front of the server that holds every chunk for `one_way_ms` in each
+    direction, so one request/response costs about 2 x one_way_ms more: a stand-in for a
+    network between the client and the database. Threads and time.sleep keep sub-millisecond
+    delays accurate; PostgreSQL's protocol is request/response here, so chunks never queue."""
+
+    def __init__(self, target: tuple[int, str], one_way_ms: float) -> None:
+        import socket
+        import threading
+
+        self._socket, self._threading = socket, threading
+        self.family, self.address = target
+        self.delay = one_way_ms / 1000.0
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            client.setsockopt(self._socket.IPPROTO_TCP, self._socket.TCP_NODELAY, 1)
+            upstream = self._socket.socket(self.family, self._socket.SOCK_STREAM)
+            upstream.connect(self.address)
+            for src, dst in ((client, upstream), (upstream, client)):
+                self._threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src, dst) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                time.sleep(self.delay)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(self._socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def proxied_dsn(dsn: str, one_way_ms: float) -> tuple[str, DelayProxy]:
+    """The same database through a DelayProxy (the server's unix socket or TCP address)."""
+    import socket
+
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    info = conninfo_to_dict(dsn)
+    host, port = info.get("host") or "/tmp", int(info.get("port") or 5432)
+    if host.startswith("/"):
+        target = (socket.AF_UNIX, os.path.join(host, f".s.PGSQL.{port}"))
+    else:
+        target = (socket.AF_INET, (host, port))
+    proxy = DelayProxy(target, one_way_ms)
+    info.update(host="127.0.0.1", port=str(proxy.port))
+    return make_conninfo(**info), proxy
+
+
 # ---------------------------------------------------------------------------- output
 
 def print_report(report: dict) -> None:
@@ -440,6 +511,8 @@ def print_report(report: dict) -> None:
     print(f"  PostgreSQL {f['server_version']} ({f['server']}, {f['transport']}), nproc {f['nproc']}, "
           f"fsync={f['fsync']}, synchronous_commit={f['synchronous_commit']}, "
           f"wal_sync_method={f['wal_sync_method']}, jit={f['jit']}")
+    print(f"  round trip (SELECT 1 p50) {f['select1_p50_ms']:.3f} ms"
+          + (f", with {f['one_way_delay_ms']} ms added each way by a proxy" if f["one_way_delay_ms"] else ""))
     print(f"  git {f['git_commit']}, sql/ sha256 {f['sql_sha256']}, load average at the end "
           f"{' '.join(str(x) for x in f['loadavg_1_5_15'])} (other work on the machine adds noise)")
     p = report["params"]
@@ -493,6 +566,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bulk", action="store_true", help="also time invoke with a bulk update")
     ap.add_argument("--bulk-rows", type=int, default=100)
     ap.add_argument("--bulk-n", type=int, default=50, help="bulk ops per kind per round")
+    ap.add_argument("--one-way-ms", type=float, default=0.0, metavar="MS",
+                    help="put a proxy between client and server that delays each direction by MS "
+                         "(simulates a network; the benchmark connection only)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="afterwards, profile N invokes (track_functions, auto_explain)")
     ap.add_argument("--json", nargs="?", const="-", metavar="FILE",
@@ -509,8 +585,11 @@ def main(argv: list[str] | None = None) -> int:
         dsn = start_embedded(os.path.join(tmp, "pg")).dsn
     try:
         install.upgrade(dsn)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            prepare(conn, args.bulk)
+        with psycopg.connect(dsn, autocommit=True) as setup:
+            prepare(setup, args.bulk)
+        bench_dsn, proxy = (proxied_dsn(dsn, args.one_way_ms) if args.one_way_ms > 0 else (dsn, None))
+        with psycopg.connect(bench_dsn, autocommit=True) as conn:
+            rtt = statistics.median(_select1(conn) for _ in range(200))
             w = Workloads(conn, args.tool, args.calls_per_task, args.bulk_rows)
             names = ["raw", "app", "invoke"] + (["raw_bulk", "invoke_bulk"] if args.bulk else [])
             results = run_rounds(w, names, args.n, args.rounds, args.chunk, args.warmup, args.bulk_n)
@@ -519,7 +598,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"{json.dumps(w.bad[0], ensure_ascii=False, indent=2)}", file=sys.stderr)
                 return 1
             report = {
-                "facts": facts(conn, dsn, embedded),
+                "facts": facts(conn, dsn, embedded) | {
+                    "one_way_delay_ms": args.one_way_ms,
+                    "select1_p50_ms": rtt,
+                },
                 "params": {k: getattr(args, k) for k in
                            ("n", "rounds", "chunk", "warmup", "tool", "calls_per_task", "bulk",
                             "bulk_rows", "bulk_n")},
@@ -547,6 +629,12 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.json, "w", encoding="utf-8") as fh:
                 json.dump(report, fh, indent=2, default=str)
     return 0
+
+
+def _select1(conn: psycopg.Connection) -> float:
+    t0 = time.perf_counter_ns()
+    conn.execute("SELECT 1").fetchone()
+    return (time.perf_counter_ns() - t0) / 1e6
 
 
 def _stop_embedded(pgdata: str) -> None:
