@@ -394,8 +394,9 @@ def render_result(receipt: dict, lang: str = "en") -> tuple[str, bool]:
     if outcome == "proposed":
         instruction = (receipt.get("instruction") or "").strip()
         yet = "NOT DONE YET（尚未执行）" if lang == "zh" else "NOT DONE YET"
-        return (f"{yet}: only a proposal (draft {receipt.get('ordinal')}); nothing was written. "
-                f"{detail} {instruction}").strip(), False
+        ordinal = receipt.get("ordinal")
+        return (f"{yet}: only a proposal (draft {ordinal}); nothing was written. {detail} {instruction} "
+                f"(To run it later: confirm_draft with draft {ordinal}.)").strip(), False
     if outcome == "rejected":
         ordinal = receipt.get("ordinal")
         return f"{not_done}: draft {ordinal} was cancelled; nothing was run. {detail}".strip(), False

@@ -273,3 +273,25 @@ def test_streamable_http(courts, dsn):
     assert "add_reminder" in names
     assert not result.is_error and result.structured_content["verified"] is True
     assert count(courts, "SELECT count(*) FROM reminders") == 1
+
+
+def test_runs_as_a_login_role_in_agentdb_app_and_agentdb_agent(courts, dsn):
+    """No owner rights needed: the server is the trusted runtime (app) and the agent's hand (agent)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    courts.execute("CREATE ROLE t_mcp_runtime LOGIN PASSWORD 'x' IN ROLE agentdb_app, agentdb_agent")
+    try:
+        info = conninfo_to_dict(dsn)
+        info.update(user="t_mcp_runtime", password="x")
+
+        async def scenario(client):
+            proposal = await client.call_tool("propose_book_court", {"court": "7", "starts_at": FAR_TIME})
+            return await client.call_tool("add_reminder", REMINDER), proposal
+
+        added, proposal = session(make_conninfo(**info), *LOGGED_IN, "--host-shows-results")(scenario)
+        assert not added.is_error and added.structured_content["verified"] is True
+        assert proposal.structured_content["outcome"] == "proposed", json.dumps(proposal.structured_content)
+        shown = courts.execute("SELECT shown_in_task IS NOT NULL FROM agentdb.drafts").fetchall()
+        assert shown == [(True,)]
+    finally:
+        courts.execute("DROP ROLE t_mcp_runtime")
