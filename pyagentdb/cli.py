@@ -125,7 +125,11 @@ def cmd_tools(args) -> int:
 
     target = _target(args)
     with server.connect(target, autocommit=True) as conn:
-        definitions = schemas.tool_schemas(conn, args.format)
+        try:
+            definitions = schemas.tool_schemas(conn, args.format)
+        except schemas.SchemaError as exc:
+            print(f"pyagentdb tools: {exc}", file=sys.stderr)
+            return 1
     print(json.dumps(definitions, ensure_ascii=False, indent=None if args.json else 2))
     return 0
 
@@ -141,8 +145,12 @@ def cmd_mcp(args) -> int:
     with mcp_server.stdout_to_stderr():  # stdout is the MCP wire; keep it clean while starting
         target = _target(args)
         server.connect(target).close()  # a clear error now rather than a silent pool timeout
-    return mcp_server.serve(target.dsn, identity, transport=args.transport, host=args.host, port=args.port,
-                            host_shows_results=args.host_shows_results)
+    try:
+        return mcp_server.serve(target.dsn, identity, transport=args.transport, host=args.host,
+                                port=args.port, host_shows_results=args.host_shows_results)
+    except ValueError as exc:  # schemas.SchemaError: two tools would share a name
+        print(f"pyagentdb mcp: {exc}", file=sys.stderr)
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -395,3 +395,14 @@ def test_cli_default_format_is_openai(catalog, dsn, capsys):
     assert cli.main(["tools", "--dsn", dsn, "--json"]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and json.loads(out)[0]["type"] == "function"
+
+
+def test_cli_reports_a_name_clash_without_a_traceback(reminders, dsn, capsys):
+    reminders.execute("""
+        SELECT agentdb.register_tool(name => 'book', action => 'insert', target => 'public.reminders',
+            label_zh => '订', label_en => 'book', owner_column => 'user_id', needs_confirm => true);
+        SELECT agentdb.register_tool(name => 'propose_book', action => 'insert',
+            target => 'public.reminders', label_zh => '订', label_en => 'book', owner_column => 'user_id');
+    """)
+    assert cli.main(["tools", "--dsn", dsn]) == 1
+    assert "propose_book" in capsys.readouterr().err
