@@ -133,6 +133,11 @@ BEGIN
         version_column = excluded.version_column, needs_confirm = excluded.needs_confirm,
         max_rows = excluded.max_rows, confirm_ttl = excluded.confirm_ttl, updated_at = now();
 
+    -- Watch the target (sql/63_watch.sql): its change log names rows by the
+    -- primary key, or by the tool's key when the table has none.
+    PERFORM agentdb_private.watch_table(target,
+        coalesce(nullif(agentdb_private.primary_key(target), '{}'), v_keys));
+
     RETURN (SELECT to_jsonb(t) FROM agentdb.tools AS t WHERE t.name = register_tool.name);
 END
 $$;

@@ -117,14 +117,21 @@ AS $$
     ) || coalesce(p_extra, '{}')
 $$;
 
+-- Earlier signature (before p_task, p_seq): dropped so calls stay unambiguous.
+DROP FUNCTION IF EXISTS agentdb_private.guarded_write(agentdb_private.tools, text, jsonb, integer, bigint);
+
 -- Validate the arguments and perform the write with its proof. Never raises
 -- for bad input: every problem comes back as a result object.
+-- p_task, p_seq: the step this write belongs to (NULL for a dry run); the
+-- write statement runs marked with them (agentdb.call, see sql/63_watch.sql).
 CREATE OR REPLACE FUNCTION agentdb_private.guarded_write(
     p_tool agentdb_private.tools,
     p_user text,
     p_args jsonb,
     p_expect_rows integer,
-    p_expected_version bigint
+    p_expected_version bigint,
+    p_task uuid DEFAULT NULL,
+    p_seq integer DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -424,7 +431,12 @@ BEGIN
         v_attempts := v_attempts + 1;
         v_fail_outcome := NULL;
         BEGIN
+            -- Only the write statement runs marked as the step's: a watched table's
+            -- guard lets it through and its change log names (task, seq). On an
+            -- error the subtransaction's rollback restores the setting too.
+            PERFORM set_config('agentdb.call', coalesce(p_task::text || ':' || p_seq::text, 'dry-run'), true);
             EXECUTE v_sql INTO v_affected, v_rows USING v_set, v_where, v_version;
+            PERFORM set_config('agentdb.call', '', true);
             v_affected := coalesce(v_affected, 0);
 
             IF v_affected <> v_expect THEN

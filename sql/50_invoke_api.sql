@@ -109,7 +109,7 @@ BEGIN
     IF v_result IS NULL THEN
         BEGIN
             v_result := agentdb_private.guarded_write(v_tool, v_task.user_id, p_args,
-                                                      p_expect_rows, p_expected_version);
+                                                      p_expect_rows, p_expected_version, v_task.id, v_seq);
         EXCEPTION WHEN OTHERS THEN
             -- A bug or an odd table must still end as a recorded, structured refusal.
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;

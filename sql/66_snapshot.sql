@@ -1,0 +1,376 @@
+-- Snapshots and diffs: what an agent run changed, by the books.
+--
+-- agentdb.snapshot(tables) reads each table once: a row count and a checksum,
+-- the sum of one 64-bit hash per row (order-independent), under a recorded
+-- MVCC snapshot. A watched table keeps nothing else: its changes between two
+-- snapshots are in the change log. Any other table also stores each row (key,
+-- hash, values) so that a later diff can compare rows.
+--
+-- agentdb.diff(before, after) skips every table whose count and checksum are
+-- unchanged. For the others it lists rows added, removed and changed (with
+-- the changed columns): from the stored rows when both snapshots have them,
+-- else from the change log, whose net effect must account exactly for the
+-- change in count and checksum ("complete": false when it does not, e.g. a
+-- change made with the triggers disabled).
+
+-- SQL expression: a bigint hash of the row aliased p_alias of table p_table.
+-- Each column is hashed with its type's extended hash function (seeded with
+-- its column number, so values swapped between columns differ), or, for
+-- types without one, as its jsonb text; NULL counts as a fixed value. The
+-- column hashes are combined with XOR.
+CREATE OR REPLACE FUNCTION agentdb_private.row_hash_sql(p_table regclass, p_alias text)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH cols AS (
+        SELECT a.attnum, a.attname,
+               -- Domains hash as their base type, varchar as text.
+               CASE WHEN ty.typtype = 'd' THEN ty.typbasetype
+                    WHEN a.atttypid = 'varchar'::regtype THEN 'text'::regtype
+                    ELSE a.atttypid END AS htype,
+               a.atttypid
+          FROM pg_catalog.pg_attribute AS a
+          JOIN pg_catalog.pg_type AS ty ON ty.oid = a.atttypid
+         WHERE a.attrelid = p_table AND a.attnum > 0 AND NOT a.attisdropped
+    ),
+    fns AS (
+        SELECT c.attnum, c.attname, c.atttypid, c.htype,
+               (SELECT p.oid::regproc::text
+                  FROM pg_catalog.pg_opclass AS oc
+                  JOIN pg_catalog.pg_am AS am ON am.oid = oc.opcmethod AND am.amname = 'hash'
+                  JOIN pg_catalog.pg_amproc AS ap
+                    ON ap.amprocfamily = oc.opcfamily AND ap.amprocnum = 2
+                   AND ap.amproclefttype = oc.opcintype AND ap.amprocrighttype = oc.opcintype
+                  JOIN pg_catalog.pg_proc AS p ON p.oid = ap.amproc
+                 WHERE oc.opcdefault AND oc.opcintype = c.htype
+                   AND p.proargtypes[0] = c.htype AND p.pronargs = 2
+                 LIMIT 1) AS fn
+          FROM cols AS c
+    )
+    SELECT coalesce(string_agg(format('coalesce(%s, %s)',
+               CASE WHEN f.fn IS NOT NULL
+                    THEN format('%s(%s.%I%s, %s)', f.fn, p_alias, f.attname,
+                                CASE WHEN f.htype = f.atttypid THEN '' ELSE '::' || format_type(f.htype, NULL) END,
+                                f.attnum)
+                    ELSE format('hashtextextended(to_jsonb(%s.%I)::text, %s)', p_alias, f.attname, f.attnum)
+               END,
+               -1000003 * f.attnum), ' # ' ORDER BY f.attnum), '0::bigint')
+      FROM fns AS f
+$$;
+
+-- SQL expression: the key of row p_alias as a jsonb object of p_keys.
+CREATE OR REPLACE FUNCTION agentdb_private.row_key_sql(p_keys text[], p_alias text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format('jsonb_build_object(%s)',
+                  string_agg(format('%L, %s.%I', k, p_alias, k), ', ' ORDER BY o))
+      FROM unnest(p_keys) WITH ORDINALITY AS u (k, o)
+$$;
+
+-- Is the logged change (txid, id) visible to the snapshot of a table?
+-- A snapshot sees its own transaction's changes only up to its log_hwm.
+CREATE OR REPLACE FUNCTION agentdb_private.change_seen(
+    p_txid xid8, p_id bigint, p_snap pg_snapshot, p_own xid8, p_hwm bigint
+)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN p_txid = p_own THEN p_id <= p_hwm
+                ELSE pg_catalog.pg_visible_in_snapshot(p_txid, p_snap) END
+$$;
+
+-- Take a snapshot of the tables: its id.
+CREATE OR REPLACE FUNCTION agentdb.snapshot(tables regclass[])
+RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET timezone = 'UTC'
+SET datestyle = 'ISO, YMD'
+SET intervalstyle = 'postgres'
+SET extra_float_digits = 1
+SET bytea_output = 'hex'
+AS $$
+DECLARE
+    v_id bigint;
+    v_table regclass;
+    v_name text;
+    v_keys text [];
+    v_mode text;
+    v_snap pg_snapshot;
+    v_count bigint;
+    v_sum numeric;
+BEGIN
+    IF tables IS NULL OR cardinality(tables) = 0 OR array_position(tables, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'snapshot: give one or more tables, none NULL' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Check every table before reading any.
+    FOREACH v_table IN ARRAY tables LOOP
+        IF (SELECT c.relkind FROM pg_catalog.pg_class AS c WHERE c.oid = v_table) NOT IN ('r', 'p') THEN
+            RAISE EXCEPTION 'cannot snapshot %: it is not a table', v_table USING ERRCODE = 'wrong_object_type';
+        END IF;
+        IF NOT has_table_privilege(session_user, v_table, 'SELECT') THEN
+            RAISE EXCEPTION 'cannot snapshot %: % may not read it', v_table, session_user
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF cardinality(agentdb_private.primary_key(v_table)) = 0 THEN
+            RAISE EXCEPTION 'cannot snapshot %: it has no primary key', v_table
+                USING HINT = 'A diff names each row by its primary key; add one (ALTER TABLE ... ADD PRIMARY KEY).',
+                      ERRCODE = 'invalid_table_definition';
+        END IF;
+    END LOOP;
+
+    INSERT INTO agentdb_private.snapshots DEFAULT VALUES RETURNING id INTO v_id;
+    FOR v_table IN SELECT DISTINCT t FROM unnest(tables) AS t LOOP
+        v_keys := agentdb_private.primary_key(v_table);
+        SELECT format('%I.%I', n.nspname, c.relname) INTO v_name
+          FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+         WHERE c.oid = v_table;
+        v_mode := CASE WHEN EXISTS (SELECT 1 FROM agentdb_private.watched AS w
+                                     WHERE w.table_oid = v_table AND w.key_columns = v_keys)
+                            AND agentdb_private.watch_armed(v_table, v_keys)
+                       THEN 'log' ELSE 'rows' END;
+        -- One statement: the count, the checksum and the MVCC snapshot they saw.
+        IF v_mode = 'log' THEN
+            EXECUTE format('SELECT pg_current_snapshot(), count(*), coalesce(sum(%s), 0) FROM %s AS t',
+                           agentdb_private.row_hash_sql(v_table, 't'), v_table)
+                INTO v_snap, v_count, v_sum;
+        ELSE
+            EXECUTE format(
+                'WITH r AS (INSERT INTO agentdb_private.snapshot_rows (snapshot_id, table_oid, key, row_hash, row_data) '
+                || 'SELECT $1, $2, %s, %s, to_jsonb(t) FROM %s AS t RETURNING row_hash) '
+                || 'SELECT pg_current_snapshot(), count(*), coalesce(sum(r.row_hash), 0) FROM r',
+                agentdb_private.row_key_sql(v_keys, 't'), agentdb_private.row_hash_sql(v_table, 't'), v_table)
+                INTO v_snap, v_count, v_sum USING v_id, v_table::oid;
+        END IF;
+        INSERT INTO agentdb_private.snapshot_tables (
+            snapshot_id, table_oid, table_name, key_columns, mode, row_count, checksum,
+            xact_snapshot, own_txid, log_hwm
+        ) VALUES (
+            v_id, v_table, v_name, v_keys, v_mode, v_count, v_sum,
+            v_snap, pg_current_xact_id_if_assigned(),
+            coalesce((SELECT max(c.id) FROM agentdb_private.change_log AS c), 0)
+        );
+    END LOOP;
+    RETURN v_id;
+END
+$$;
+
+-- The changed columns between two row values, in table order.
+CREATE OR REPLACE FUNCTION agentdb_private.changed_columns(p_table oid, p_before jsonb, p_after jsonb)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_agg(k ORDER BY a.attnum NULLS LAST, k), '[]')
+      FROM jsonb_object_keys(p_before || p_after) AS k
+      LEFT JOIN pg_catalog.pg_attribute AS a ON a.attrelid = p_table AND a.attname = k AND NOT a.attisdropped
+     WHERE (p_before -> k) IS DISTINCT FROM (p_after -> k)
+$$;
+
+-- One table's differences between two snapshots, or NULL when there are none.
+CREATE OR REPLACE FUNCTION agentdb_private.diff_table(
+    p_a agentdb_private.snapshot_tables, p_b agentdb_private.snapshot_tables
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET timezone = 'UTC'
+SET datestyle = 'ISO, YMD'
+SET intervalstyle = 'postgres'
+SET extra_float_digits = 1
+SET bytea_output = 'hex'
+AS $$
+DECLARE
+    v_net jsonb;
+    v_truncated boolean := false;
+    v_complete boolean := true;
+    v_added jsonb;
+    v_removed jsonb;
+    v_changed jsonb;
+    v_sum_after numeric;
+    v_sum_before numeric;
+    v_exists boolean := EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c WHERE c.oid = p_b.table_oid);
+BEGIN
+    IF p_a.row_count = p_b.row_count AND p_a.checksum = p_b.checksum THEN
+        RETURN NULL;
+    END IF;
+
+    IF p_a.mode = 'rows' AND p_b.mode = 'rows' THEN
+        -- Both snapshots hold the rows: compare them by key, hash first.
+        SELECT coalesce(jsonb_agg(jsonb_build_object('k', coalesce(ra.key, rb.key), 'b', ra.row_data, 'a', rb.row_data)), '[]')
+          INTO v_net
+          FROM (SELECT r.key, r.row_hash, r.row_data FROM agentdb_private.snapshot_rows AS r
+                 WHERE r.snapshot_id = p_a.snapshot_id AND r.table_oid = p_a.table_oid) AS ra
+          FULL JOIN (SELECT r.key, r.row_hash, r.row_data FROM agentdb_private.snapshot_rows AS r
+                      WHERE r.snapshot_id = p_b.snapshot_id AND r.table_oid = p_b.table_oid) AS rb
+            ON ra.key = rb.key
+         WHERE ra.row_hash IS DISTINCT FROM rb.row_hash;
+    ELSE
+        -- The change log between the two snapshots, net per key: the value
+        -- before the first change and after the last (NULL: no such row).
+        SELECT bool_or(c.op = 'TRUNCATE') INTO v_truncated
+          FROM agentdb_private.change_log AS c
+         WHERE c.table_oid = p_b.table_oid
+           AND (c.txid >= pg_snapshot_xmin(p_a.xact_snapshot) OR c.txid = p_a.own_txid)
+           AND agentdb_private.change_seen(c.txid, c.id, p_b.xact_snapshot, p_b.own_txid, p_b.log_hwm)
+           AND NOT agentdb_private.change_seen(c.txid, c.id, p_a.xact_snapshot, p_a.own_txid, p_a.log_hwm)
+           AND c.op = 'TRUNCATE';
+        WITH ch AS (
+            SELECT c.id, c.op, c.key, c.old_row, c.new_row,
+                   (SELECT jsonb_object_agg(k, c.old_row -> k) FROM unnest(p_b.key_columns) AS k) AS old_key
+              FROM agentdb_private.change_log AS c
+             WHERE c.table_oid = p_b.table_oid
+               AND (c.txid >= pg_snapshot_xmin(p_a.xact_snapshot) OR c.txid = p_a.own_txid)
+               AND agentdb_private.change_seen(c.txid, c.id, p_b.xact_snapshot, p_b.own_txid, p_b.log_hwm)
+               AND NOT agentdb_private.change_seen(c.txid, c.id, p_a.xact_snapshot, p_a.own_txid, p_a.log_hwm)
+               AND c.op <> 'TRUNCATE'
+        ),
+        touch AS (
+            SELECT ch.id, ch.key AS k, NULL::jsonb AS b, ch.new_row AS a FROM ch WHERE ch.op = 'INSERT'
+            UNION ALL
+            SELECT ch.id, ch.key, ch.old_row, NULL FROM ch WHERE ch.op = 'DELETE'
+            UNION ALL
+            SELECT ch.id, ch.key, ch.old_row, ch.new_row FROM ch WHERE ch.op = 'UPDATE' AND ch.old_key = ch.key
+            UNION ALL
+            -- An update of the key itself: the old key goes, the new one comes.
+            SELECT ch.id, ch.old_key, ch.old_row, NULL FROM ch WHERE ch.op = 'UPDATE' AND ch.old_key <> ch.key
+            UNION ALL
+            SELECT ch.id, ch.key, NULL, ch.new_row FROM ch WHERE ch.op = 'UPDATE' AND ch.old_key <> ch.key
+        )
+        SELECT coalesce(jsonb_agg(jsonb_build_object('k', n.k, 'b', n.b, 'a', n.a)), '[]') INTO v_net
+          FROM (SELECT t.k,
+                       (array_agg(t.b ORDER BY t.id))[1] AS b,
+                       (array_agg(t.a ORDER BY t.id DESC))[1] AS a
+                  FROM touch AS t GROUP BY t.k) AS n
+         WHERE n.b IS DISTINCT FROM n.a;
+
+        -- The net effect must account for the new count and checksum exactly.
+        IF coalesce(v_truncated, false) OR NOT v_exists THEN
+            v_complete := false;
+        ELSE
+            BEGIN
+                SELECT coalesce(jsonb_agg(n.value -> 'a') FILTER (WHERE jsonb_typeof(n.value -> 'a') = 'object'), '[]'),
+                       coalesce(jsonb_agg(n.value -> 'b') FILTER (WHERE jsonb_typeof(n.value -> 'b') = 'object'), '[]')
+                  INTO v_added, v_removed
+                  FROM jsonb_array_elements(v_net) AS n;
+                EXECUTE format(
+                    'SELECT (SELECT coalesce(sum(%1$s), 0) FROM jsonb_array_elements($1) AS e '
+                    || '         CROSS JOIN LATERAL jsonb_populate_record(NULL::%2$s, e.value) AS t), '
+                    || '       (SELECT coalesce(sum(%1$s), 0) FROM jsonb_array_elements($2) AS e '
+                    || '         CROSS JOIN LATERAL jsonb_populate_record(NULL::%2$s, e.value) AS t)',
+                    agentdb_private.row_hash_sql(p_b.table_oid, 't'), p_b.table_oid::regclass)
+                    INTO v_sum_after, v_sum_before USING v_added, v_removed;
+                v_complete := p_b.checksum - p_a.checksum = v_sum_after - v_sum_before
+                    AND p_b.row_count - p_a.row_count = jsonb_array_length(v_added) - jsonb_array_length(v_removed);
+            EXCEPTION WHEN OTHERS THEN
+                -- The table changed shape since: its logged rows no longer fit it.
+                v_complete := false;
+            END;
+        END IF;
+    END IF;
+
+    SELECT coalesce(jsonb_agg(n.value -> 'a' ORDER BY (n.value -> 'k')::text)
+                        FILTER (WHERE jsonb_typeof(n.value -> 'b') <> 'object'), '[]'),
+           coalesce(jsonb_agg(n.value -> 'b' ORDER BY (n.value -> 'k')::text)
+                        FILTER (WHERE jsonb_typeof(n.value -> 'a') <> 'object'), '[]'),
+           coalesce(jsonb_agg(jsonb_build_object(
+                        'key', n.value -> 'k',
+                        'columns', agentdb_private.changed_columns(p_b.table_oid, n.value -> 'b', n.value -> 'a'),
+                        'before', n.value -> 'b',
+                        'after', n.value -> 'a') ORDER BY (n.value -> 'k')::text)
+                        FILTER (WHERE jsonb_typeof(n.value -> 'a') = 'object'
+                                  AND jsonb_typeof(n.value -> 'b') = 'object'), '[]')
+      INTO v_added, v_removed, v_changed
+      FROM jsonb_array_elements(v_net) AS n;
+
+    IF v_complete AND jsonb_array_length(v_added) + jsonb_array_length(v_removed) + jsonb_array_length(v_changed) = 0 THEN
+        RETURN NULL;
+    END IF;
+    RETURN jsonb_build_object(
+        'table', p_b.table_name,
+        'added', v_added,
+        'removed', v_removed,
+        'changed', v_changed,
+        'complete', v_complete,
+        'source', CASE WHEN p_a.mode = 'rows' AND p_b.mode = 'rows' THEN 'rows' ELSE 'change_log' END);
+END
+$$;
+
+-- What changed between two snapshots: a JSON array with one object per table
+-- that differs (tables in both snapshots), by table name:
+--   {"table": "public.x", "added": [row, ...], "removed": [row, ...],
+--    "changed": [{"key": {...}, "columns": ["col", ...], "before": {...}, "after": {...}}],
+--    "complete": true, "source": "change_log" | "rows"}
+CREATE OR REPLACE FUNCTION agentdb.diff(before bigint, after bigint)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_pair record;
+    v_one jsonb;
+    v_out jsonb := '[]';
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM agentdb_private.snapshots AS s WHERE s.id = diff.before) THEN
+        RAISE EXCEPTION 'no snapshot %', coalesce(diff.before::text, 'NULL') USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM agentdb_private.snapshots AS s WHERE s.id = diff.after) THEN
+        RAISE EXCEPTION 'no snapshot %', coalesce(diff.after::text, 'NULL') USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR v_pair IN
+        SELECT a, b
+          FROM agentdb_private.snapshot_tables AS a
+          JOIN agentdb_private.snapshot_tables AS b ON b.table_oid = a.table_oid AND b.snapshot_id = diff.after
+         WHERE a.snapshot_id = diff.before
+         ORDER BY b.table_name
+    LOOP
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c WHERE c.oid = (v_pair.b).table_oid)
+                AND NOT has_table_privilege(session_user, (v_pair.b).table_oid, 'SELECT') THEN
+            RAISE EXCEPTION 'cannot diff %: % may not read it', (v_pair.b).table_name, session_user
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        v_one := agentdb_private.diff_table(v_pair.a, v_pair.b);
+        IF v_one IS NOT NULL THEN
+            v_out := v_out || jsonb_build_array(v_one);
+        END IF;
+    END LOOP;
+    RETURN v_out;
+END
+$$;
+
+-- Drop a snapshot and any rows it kept.
+CREATE OR REPLACE FUNCTION agentdb.forget_snapshot(snapshot bigint)
+RETURNS boolean
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH gone AS (
+        DELETE FROM agentdb_private.snapshots AS s WHERE s.id = forget_snapshot.snapshot RETURNING 1
+    )
+    SELECT count(*) > 0 FROM gone
+$$;
+
+CREATE OR REPLACE VIEW agentdb.snapshots AS
+SELECT
+    s.id AS snapshot_id,
+    s.created_at,
+    s.created_by,
+    t.table_name,
+    t.mode,
+    t.row_count,
+    t.checksum
+FROM agentdb_private.snapshots AS s
+INNER JOIN agentdb_private.snapshot_tables AS t ON s.id = t.snapshot_id;
+
+GRANT EXECUTE ON FUNCTION
+agentdb.snapshot(regclass[]),
+agentdb.diff(bigint, bigint),
+agentdb.forget_snapshot(bigint)
+TO agentdb_app, agentdb_auditor;
+GRANT SELECT ON agentdb.snapshots TO agentdb_app, agentdb_auditor;
