@@ -200,6 +200,25 @@ def test_agent_error_is_a_failed_run_not_a_crash(exam):
     assert len(r.diff) == 1  # what it did before failing is still on the books
 
 
+def test_write_around_the_change_log_is_never_a_pass(exam):
+    # A side channel (the owner, triggers off) adds exactly the row that was asked for. The
+    # assertions hold, but the change log cannot account for the change: the diff says so, the
+    # expected logged row is missing, and the run is not a pass.
+    def sneaky(ctx):
+        ctx.client._source.execute(
+            "ALTER TABLE public.reminders DISABLE TRIGGER USER;"
+            "INSERT INTO public.reminders (user_id, content, remind_at)"
+            " VALUES ('alice', '给妈妈打电话', '2030-05-01 18:00+08');"
+            "ALTER TABLE public.reminders ENABLE TRIGGER USER;")
+        return "已为您设置提醒。"
+
+    (r,) = run(exam, "reminder-set", sneaky)
+    assert r.cls == J.PARTIAL_OR_WRONG and not r.passed, r
+    assert r.extra == [{"kind": "unaccounted", "table": "public.reminders"}]
+    assert [m["kind"] for m in r.missing] == ["count"]  # the added row is not on the books
+    assert r.diff[0]["complete"] is False
+
+
 def test_context_offers_only_the_listed_tools_and_refuses_others(exam):
     seen = {}
 

@@ -91,6 +91,8 @@ def describe(item: dict) -> str:
     if kind == "columns":
         return (f"{item['table']}: row {item['key']} changed in {', '.join(item['columns'])} "
                 f"(only {', '.join(item['allowed'])} may change)")
+    if kind == "unaccounted":
+        return f"{item['table']}: changed in ways its change log does not account for"
     if kind == "nothing_changed":
         return "a change was expected, but no watched table changed"
     if kind == "unchanged":
@@ -134,8 +136,11 @@ def judge(scenario: Scenario, specs: dict, unchanged: list[str], diffs: list[Tab
             extra.append({"kind": "unchanged", "table": table, "added": d.added[:5], "removed": d.removed[:5],
                           "changed": d.changed[:5]})
 
+    for d in diffs:
+        if not d.complete:
+            extra.append({"kind": "unaccounted", "table": d.table})
     claimed = bool(claims)
-    anything_changed = any(not d.empty for d in diffs)
+    anything_changed = any(not d.empty or not d.complete for d in diffs)
     if scenario.expect_change and not anything_changed and not missing:
         # Assertions that already held before the run prove nothing: a change was asked for.
         missing.append({"kind": "nothing_changed"})
