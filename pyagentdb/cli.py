@@ -153,6 +153,21 @@ def cmd_mcp(args) -> int:
         return 1
 
 
+def cmd_sql_check(args) -> int:
+    """The pglast guard's verdict on one statement (no server needed): exit 0 accepted, 1 refused."""
+    from . import sqlguard
+
+    sql = sys.stdin.read() if args.statement == "-" else args.statement
+    verdict = sqlguard.check(sql)
+    if args.json:
+        print(json.dumps(verdict.as_dict(), ensure_ascii=False))
+    elif verdict.ok:
+        print(f"accepted: {verdict.reason}")
+    else:
+        print(f"refused ({verdict.code}): {verdict.reason}")
+    return 0 if verdict.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -217,6 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .exam import cli as exam_cli
 
     exam_cli.add_parser(sub, common)
+
+    p = sub.add_parser("sql-check", parents=[common],
+                       help="check an agent's SQL statement with the guard (see docs/sql-guard.md)")
+    p.add_argument("statement", help="the statement, or - to read it from stdin")
+    p.set_defaults(func=cmd_sql_check)
 
     p = sub.add_parser("demo", parents=[common], help="walk through every failure class")
     p.add_argument("--lang", choices=["en", "zh"], default="en", help="language the user reads")

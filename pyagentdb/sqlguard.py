@@ -1,0 +1,412 @@
+"""A second net for SQL written by an agent: parse it with pglast (PostgreSQL's own parser)
+and accept only one plain INSERT, UPDATE or DELETE on one table, with literal values and a
+small list of harmless functions.
+
+The boundary is in the database, not here: `agentdb.run_sql` plans the statement as the
+NOLOGIN role `agentdb_sql_writer` (privileges on the tables enabled with `agentdb.allow_sql`
+and nothing else), refuses anything that is not one simple write of one enabled table, and
+counts and checks what really changed before the step is recorded. This module refuses early,
+with a reason the model can act on, and catches what the database side does not look at
+(function calls in expressions, tautological WHERE clauses). See docs/sql-guard.md.
+
+    >>> check("DELETE FROM t USING pg_sleep(1) WHERE t.id = 1").code
+    'function_in_from'
+    >>> r = check("UPDATE public.notes SET done = true WHERE id = 7")
+    >>> r.ok, r.statement_kind, r.table
+    (True, 'update', 'public.notes')
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pglast import parser
+
+# Longer statements are refused before they are parsed (the database has the same limit).
+MAX_SQL_CHARS = 20_000
+# Parse trees bigger than this are refused: an agent's single-row write is far smaller.
+MAX_NODES = 20_000
+
+# Functions a statement may call: deterministic or time functions with no side effects and no
+# access to other data. Unqualified or pg_catalog-qualified only. coalesce, nullif, greatest,
+# least, CASE and casts are not functions in the parse tree and are always allowed.
+ALLOWED_FUNCTIONS = frozenset({
+    "now", "clock_timestamp", "statement_timestamp", "transaction_timestamp",
+    "date_trunc", "date_part", "make_date", "make_time", "make_timestamp", "make_timestamptz",
+    "make_interval", "to_timestamp", "to_date", "to_char", "to_number",
+    "lower", "upper", "initcap", "trim", "btrim", "ltrim", "rtrim", "length", "char_length",
+    "substr", "substring", "left", "right", "replace", "concat", "concat_ws", "lpad", "rpad",
+    "abs", "round", "trunc", "floor", "ceil", "ceiling", "mod", "sign",
+    "gen_random_uuid",
+})
+# Schema-qualified functions that are allowed as well: the task's own user id, for
+# owner-scoped tables (`INSERT ... VALUES (agentdb.sql_user(), ...)`).
+ALLOWED_QUALIFIED = frozenset({("agentdb", "sql_user")})
+
+# CURRENT_DATE, CURRENT_TIMESTAMP, LOCALTIME ... (not CURRENT_USER and friends).
+ALLOWED_SQL_VALUE_FUNCTIONS = frozenset({
+    "SVFOP_CURRENT_DATE", "SVFOP_CURRENT_TIME", "SVFOP_CURRENT_TIME_N",
+    "SVFOP_CURRENT_TIMESTAMP", "SVFOP_CURRENT_TIMESTAMP_N", "SVFOP_LOCALTIME",
+    "SVFOP_LOCALTIME_N", "SVFOP_LOCALTIMESTAMP", "SVFOP_LOCALTIMESTAMP_N",
+})
+
+# Expression nodes allowed anywhere in the statement (others have their own checks below).
+ALLOWED_NODES = frozenset({
+    "A_Const", "A_Expr", "A_ArrayExpr", "A_Indirection", "A_Indices", "A_Star", "BitString",
+    "BoolExpr", "Boolean", "BooleanTest", "CaseExpr", "CaseWhen", "CoalesceExpr",
+    "CollateClause", "ColumnRef", "Float", "IndexElem", "Integer", "List", "MinMaxExpr",
+    "MultiAssignRef", "NullTest", "ResTarget", "RowExpr", "SetToDefault", "String",
+    "TypeCast", "TypeName",
+})
+
+_STATEMENT_KINDS = {
+    "InsertStmt": "insert", "UpdateStmt": "update", "DeleteStmt": "delete",
+    "SelectStmt": "select", "MergeStmt": "merge", "CopyStmt": "copy", "DoStmt": "do",
+    "CallStmt": "call", "ExplainStmt": "explain", "VariableSetStmt": "set",
+    "VariableShowStmt": "show", "TransactionStmt": "transaction", "ExecuteStmt": "execute",
+    "PrepareStmt": "prepare", "DeclareCursorStmt": "declare", "LockStmt": "lock",
+    "TruncateStmt": "truncate", "GrantStmt": "grant", "GrantRoleStmt": "grant",
+    "NotifyStmt": "notify", "ListenStmt": "listen", "VacuumStmt": "vacuum",
+    "CreateTableAsStmt": "ddl", "RefreshMatViewStmt": "ddl",
+}
+
+_KIND_TEXT = {
+    "select": "a SELECT", "merge": "a MERGE", "copy": "COPY", "do": "a DO block",
+    "call": "CALL", "explain": "EXPLAIN", "set": "SET", "show": "SHOW",
+    "transaction": "transaction control", "execute": "EXECUTE of a prepared statement",
+    "prepare": "PREPARE", "declare": "a cursor", "lock": "LOCK", "truncate": "TRUNCATE",
+    "grant": "GRANT/REVOKE", "notify": "NOTIFY", "listen": "LISTEN", "vacuum": "VACUUM/ANALYZE",
+    "ddl": "DDL (a schema change)",
+}
+
+
+@dataclass(frozen=True)
+class GuardResult:
+    """The guard's verdict on one statement. `code` is stable and machine-readable (None when
+    accepted); `reason` is one sentence for the model and the audit trail."""
+
+    ok: bool
+    reason: str
+    code: str | None = None
+    statement_kind: str | None = None
+    table: str | None = None
+    schema: str | None = None
+    relname: str | None = None
+    functions: tuple[str, ...] = field(default=())
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok, "code": self.code, "reason": self.reason,
+            "statement_kind": self.statement_kind, "table": self.table,
+            "schema": self.schema, "relname": self.relname, "functions": list(self.functions),
+        }
+
+
+class _Refused(Exception):
+    def __init__(self, code: str, reason: str):
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+def _quote_ident(name: str) -> str:
+    if re.fullmatch(r"[a-z_][a-z0-9_$]*", name) and name not in _RESERVED:
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _reserved() -> frozenset[str]:
+    try:
+        from pglast.keywords import RESERVED_KEYWORDS
+
+        return frozenset(RESERVED_KEYWORDS)
+    except ImportError:  # pragma: no cover - older pglast
+        return frozenset()
+
+
+_RESERVED = _reserved()
+
+
+def _node(value: Any) -> tuple[str, dict] | None:
+    """('FuncCall', body) for a typed parse node, None for a plain struct or scalar."""
+    if isinstance(value, dict) and len(value) == 1:
+        (name, body), = value.items()
+        if name[:1].isupper() and isinstance(body, dict):
+            return name, body
+    return None
+
+
+def _walk(value: Any):
+    """Every typed node under value (iteratively: deep trees must not exhaust the stack)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            typed = _node(item)
+            if typed:
+                yield typed
+                stack.append(typed[1])
+            else:
+                stack.extend(reversed(list(item.values())))
+
+
+def _has_column(value: Any) -> bool:
+    return any(name == "ColumnRef" for name, _ in _walk(value))
+
+
+def _strings(items: list | None) -> list[str]:
+    out = []
+    for item in items or []:
+        typed = _node(item)
+        if typed and typed[0] == "String":
+            out.append(typed[1].get("sval", ""))
+        else:
+            out.append("*")
+    return out
+
+
+def _shape(value: Any) -> Any:
+    """A parse subtree without source positions, to compare two expressions."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items() if k != "location"}
+    if isinstance(value, list):
+        return [_shape(v) for v in value]
+    return value
+
+
+def _check_where(where: Any) -> None:
+    """WHERE must name a column in every branch that could make it true: `WHERE true`,
+    `1 = 1`, `id = 7 OR 1 = 1` and `id = id` read as "every row"."""
+    if any(name == "CurrentOfExpr" for name, _ in _walk(where)):
+        raise _Refused("unsupported", "WHERE CURRENT OF a cursor is not allowed; name the rows by their "
+                                      "values")
+    if not _has_column(where):
+        raise _Refused("trivial_where", "the WHERE clause does not depend on any column, so it matches every "
+                                        "row; name the rows to change (e.g. WHERE id = 7)")
+    for name, body in _walk(where):
+        if name == "BoolExpr" and body.get("boolop") == "OR_EXPR":
+            for arg in body.get("args", []):
+                if not _has_column(arg):
+                    raise _Refused("trivial_where", "a branch of an OR in the WHERE clause does not depend "
+                                                    "on any column, so it matches every row")
+        if name == "A_Expr" and body.get("kind") == "AEXPR_OP" and _strings(body.get("name")) in (
+            ["="], [">="], ["<="], ["pg_catalog", "="]
+        ) and _shape(body.get("lexpr")) == _shape(body.get("rexpr")):
+            raise _Refused("trivial_where", "the WHERE clause compares a value with itself, so it matches "
+                                            "every row")
+    typed = _node(where)
+    if typed and typed[0] == "NullTest" and typed[1].get("nulltesttype") == "IS_NOT_NULL":
+        # `WHERE id IS NOT NULL` on a key column is every row as well.
+        raise _Refused("trivial_where", "a WHERE clause that only says IS NOT NULL is not a bound on the "
+                                        "rows")
+
+
+def _check_function(body: dict) -> str:
+    parts = _strings(body.get("funcname"))
+    name = ".".join(parts)
+    if body.get("over") or body.get("agg_star") or body.get("agg_distinct") or body.get("agg_filter") \
+            or body.get("agg_order") or body.get("agg_within_group"):
+        raise _Refused("function_call", f"aggregate or window function {name}() is not allowed")
+    if body.get("func_variadic"):
+        raise _Refused("function_call", f"VARIADIC call of {name}() is not allowed")
+    if len(parts) == 1 and parts[0] in ALLOWED_FUNCTIONS:
+        return name
+    if len(parts) == 2 and parts[0] == "pg_catalog" and parts[1] in ALLOWED_FUNCTIONS:
+        return name
+    if len(parts) == 2 and (parts[0], parts[1]) in ALLOWED_QUALIFIED:
+        return name
+    raise _Refused("function_call", f"function {name}() is not allowed here; only simple value functions "
+                                    "such as now(), lower(), upper(), trim(), round() or coalesce() may be "
+                                    "used")
+
+
+def _check_target(relation: dict) -> tuple[str | None, str, str]:
+    if relation.get("catalogname"):
+        raise _Refused("bad_target", "a database-qualified table name (db.schema.table) is not allowed")
+    schema, relname = relation.get("schemaname"), relation.get("relname")
+    if not relname:
+        raise _Refused("bad_target", "the statement names no table")
+    if relation.get("relpersistence") not in (None, "p"):
+        raise _Refused("bad_target", "only ordinary tables can be written")
+    table = f"{_quote_ident(schema)}.{_quote_ident(relname)}" if schema else _quote_ident(relname)
+    return schema, relname, table
+
+
+def _check_returning(stmt: dict) -> None:
+    returning = stmt.get("returningClause") or {}
+    if returning.get("options"):
+        raise _Refused("returning", "RETURNING WITH (OLD/NEW aliases) is not allowed")
+    for item in returning.get("exprs", stmt.get("returningList", [])) or []:
+        typed = _node(item)
+        val = typed[1].get("val") if typed and typed[0] == "ResTarget" else None
+        if _node(val) is None or _node(val)[0] != "ColumnRef":
+            raise _Refused("returning", "RETURNING may list columns (or *) only, not expressions")
+
+
+def _check_statement(kind: str, stmt: dict) -> None:
+    if stmt.get("withClause"):
+        raise _Refused("with_clause", "WITH (a common table expression) is not allowed: a writable CTE "
+                                      "could change another table; write one plain statement")
+    if kind == "update" and stmt.get("fromClause") or kind == "delete" and stmt.get("usingClause"):
+        items = stmt.get("fromClause") or stmt.get("usingClause")
+        if any(name == "RangeFunction" for name, _ in _walk(items)):
+            raise _Refused("function_in_from", "a function in FROM/USING is not allowed (it runs for "
+                                               "every row and can do anything the function can)")
+        word = "FROM" if kind == "update" else "USING"
+        raise _Refused("other_table", f"{word} brings other tables into the statement; change one table "
+                                      "and name its rows in WHERE")
+    if kind in ("update", "delete"):
+        where = stmt.get("whereClause")
+        if where is None:
+            raise _Refused("no_where", f"{kind.upper()} without WHERE would change every row; name the rows "
+                                       "to change (e.g. WHERE id = 7)")
+        _check_where(where)
+    if kind == "insert":
+        select = stmt.get("selectStmt")
+        if select is not None:
+            typed = _node(select)
+            body = typed[1] if typed and typed[0] == "SelectStmt" else {}
+            extra = {k for k in body if k not in ("valuesLists", "limitOption", "op")}
+            if not body.get("valuesLists") or extra or body.get("op") != "SETOP_NONE":
+                raise _Refused("insert_select", "INSERT ... SELECT is not allowed; give the values with "
+                                                "VALUES (...)")
+        conflict = stmt.get("onConflictClause")
+        if conflict and conflict.get("action") != "ONCONFLICT_NOTHING":
+            raise _Refused("upsert", "ON CONFLICT DO UPDATE is not allowed (an upsert is an insert or an "
+                                     "update, so its row count proves nothing); use ON CONFLICT DO NOTHING, "
+                                     "or an UPDATE")
+        if stmt.get("override") not in (None, "OVERRIDING_NOT_SET"):
+            raise _Refused("unsupported", "OVERRIDING ... VALUE is not allowed")
+    _check_returning(stmt)
+
+
+def _check_expressions(stmt: dict) -> tuple[str, ...]:
+    functions: list[str] = []
+    count = 0
+    for name, body in _walk({k: v for k, v in stmt.items() if k != "relation"}):
+        count += 1
+        if count > MAX_NODES:
+            raise _Refused("too_complex", "the statement is too complex to check")
+        if name in ("SubLink", "SelectStmt") and not (name == "SelectStmt" and body is _values(stmt)):
+            raise _Refused("subquery", "a subquery is not allowed: it could read other rows or tables; "
+                                       "use literal values")
+        if name == "RangeFunction":
+            raise _Refused("function_in_from", "a function in FROM is not allowed")
+        if name in ("RangeVar", "JoinExpr", "RangeSubselect"):
+            raise _Refused("other_table", "only the target table may appear in the statement")
+        if name == "FuncCall":
+            functions.append(_check_function(body))
+        elif name == "SQLValueFunction":
+            if body.get("op") not in ALLOWED_SQL_VALUE_FUNCTIONS:
+                what = body.get("op", "?").removeprefix("SVFOP_")
+                raise _Refused("function_call", f"{what} is not allowed")
+        elif name == "ParamRef":
+            raise _Refused("parameter", "parameters ($1) cannot be bound here; write the values as literals")
+        elif name == "CurrentOfExpr":
+            raise _Refused("unsupported", "WHERE CURRENT OF a cursor is not allowed")
+        elif name == "A_Expr":
+            op = _strings(body.get("name"))
+            if len(op) > 1 and op[0] != "pg_catalog":
+                raise _Refused("operator", f"operator {'.'.join(op)} from another schema is not allowed")
+        elif name == "SelectStmt":
+            continue
+        elif name not in ALLOWED_NODES:
+            raise _Refused("unsupported", f"{name} is not supported in an agent's statement")
+    return tuple(dict.fromkeys(functions))
+
+
+def _values(stmt: dict) -> dict | None:
+    typed = _node(stmt.get("selectStmt"))
+    return typed[1] if typed else None
+
+
+def check(sql: Any) -> GuardResult:
+    """Accept exactly one plain INSERT/UPDATE/DELETE of one table, or say why not."""
+    kind = None
+    try:
+        if not isinstance(sql, str):
+            raise _Refused("not_text", "the statement must be text")
+        if len(sql) > MAX_SQL_CHARS:
+            raise _Refused("too_large", f"the statement is {len(sql)} characters; the limit is "
+                                        f"{MAX_SQL_CHARS}")
+        if "\x00" in sql:
+            raise _Refused("unparsable", "the statement contains a NUL character")
+        if not sql.strip():
+            raise _Refused("empty", "the statement is empty")
+        try:
+            tree = json.loads(parser.parse_sql_json(sql))
+        except RecursionError:
+            raise _Refused("too_complex", "the statement is nested too deeply to check") from None
+        except Exception as exc:  # pglast.parser.ParseError and friends
+            raise _Refused("unparsable", f"the statement does not parse: {exc}") from None
+        stmts = tree.get("stmts") or []
+        if not stmts:
+            raise _Refused("empty", "the statement is empty (only comments or semicolons)")
+        if len(stmts) > 1:
+            raise _Refused("multiple_statements", f"{len(stmts)} statements were given; send exactly one")
+        typed = _node(stmts[0].get("stmt"))
+        if typed is None:
+            raise _Refused("unparsable", "the statement could not be read")
+        name, stmt = typed
+        kind = _STATEMENT_KINDS.get(name) or ("ddl" if re.match(r"(Create|Alter|Drop|Rename|Comment)", name)
+                                              else name.removesuffix("Stmt").lower())
+        if kind not in ("insert", "update", "delete"):
+            what = _KIND_TEXT.get(kind, f"a {kind} statement")
+            raise _Refused("not_dml", f"{what} is not allowed; only one INSERT, UPDATE or DELETE")
+        relation = stmt.get("relation") or {}
+        schema, relname, table = _check_target(relation)
+        _check_statement(kind, stmt)
+        functions = _check_expressions(stmt)
+    except _Refused as refused:
+        return GuardResult(False, refused.reason, refused.code, kind)
+    return GuardResult(True, f"one {kind.upper()} of {table}", None, kind, table, schema, relname, functions)
+
+
+# -- the run_sql tool ---------------------------------------------------------------------------
+
+DEFAULT_TIMEOUT = "5s"
+
+
+def run_sql(client: Any, task: Any, sql: str, expect_rows: int | None, *, call_id: str | None = None,
+            reason: str | None = None, timeout: str | None = DEFAULT_TIMEOUT):
+    """Check `sql` with the guard, then run it through agentdb.run_sql (which checks again, as
+    the boundary). A refusal by the guard is recorded in the database as a refused step with an
+    audit row (agentdb.record_sql_refusal), so both paths return a Receipt from the database.
+
+    `client` is a pyagentdb Client or a psycopg connection/pool. `timeout` bounds the whole call
+    (statement_timeout applies to the top-level statement only, so it is set here, by the caller).
+    """
+    from .client import Client, Receipt
+
+    if not isinstance(client, Client):
+        client = Client(client)
+    verdict = check(sql)
+    text = sql if isinstance(sql, str) else repr(sql)
+    text = text[:MAX_SQL_CHARS].replace("\x00", "")
+    with client._cursor() as cur:
+        if timeout:
+            cur.execute("SELECT set_config('statement_timeout', %s, true)", (str(timeout),))
+        if verdict.ok:
+            cur.execute(
+                "SELECT agentdb.run_sql(%s::uuid, %s, %s, call_id => %s, reason => %s)",
+                (str(task), text, expect_rows, call_id, reason),
+            )
+        else:
+            cur.execute(
+                "SELECT agentdb.record_sql_refusal(%s::uuid, %s, %s, call_id => %s, reason => %s,"
+                " expect_rows => %s)",
+                (str(task), text, f"{verdict.code}: {verdict.reason}", call_id, reason, expect_rows),
+            )
+        data = cur.fetchone()[0]
+    return Receipt.from_json(data)
+
+
+__all__ = ["ALLOWED_FUNCTIONS", "MAX_SQL_CHARS", "GuardResult", "check", "run_sql"]

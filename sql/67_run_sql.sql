@@ -1,0 +1,868 @@
+-- agentdb.run_sql: one INSERT, UPDATE or DELETE written by an agent, run as
+-- the NOLOGIN role agentdb_sql_writer on a table enabled with agentdb.allow_sql,
+-- inside a step with an expected row count. See docs/sql-guard.md.
+--
+-- The boundary is the role and this procedure, not a parser: the statement is
+-- planned by the server itself (EXPLAIN, as the writer role, opened as a
+-- cursor so that a second statement is an error before anything runs), the
+-- plan must be one plain write of one enabled table, and after it ran the
+-- transaction's own statistics must show that nothing else changed.
+
+-- Sentences for the refusals below (same rules as sql/60_messages.sql: no
+-- internal names).
+INSERT INTO agentdb_private.messages AS m (code, lang, body) VALUES
+('detail.refused.sql_guard', 'zh', '没能{label}:这条修改的写法无法安全核对,所以没有执行,什么都没有改动。'),
+('detail.refused.sql_guard', 'en', 'Couldn''t {label}: the change wasn''t written in a form that can be checked safely, so it was not carried out and nothing was changed.'),
+('detail.refused.sql_not_single', 'zh', '没能{label}:一次只能做一项修改,这次没有执行,什么都没有改动。'),
+('detail.refused.sql_not_single', 'en', 'Couldn''t {label}: only one change can be made at a time, so it was not carried out and nothing was changed.'),
+('detail.refused.sql_not_dml', 'zh', '没能{label}:这种操作不能这样做,什么都没有改动。'),
+('detail.refused.sql_not_dml', 'en', 'Couldn''t {label}: that kind of operation can''t be done this way, so nothing was changed.'),
+('detail.refused.sql_not_simple', 'zh', '没能{label}:这条修改牵涉了别的内容,无法安全核对,所以没有执行,什么都没有改动。'),
+('detail.refused.sql_not_simple', 'en', 'Couldn''t {label}: the change reached beyond the items it names and can''t be checked safely, so it was not carried out and nothing was changed.'),
+('detail.refused.table_not_allowed', 'zh', '没能{label}:这部分数据不能这样修改,什么都没有改动。'),
+('detail.refused.table_not_allowed', 'en', 'Couldn''t {label}: that data can''t be changed this way, so nothing was changed.'),
+('detail.refused.sql_denied', 'zh', '没能{label}:这条修改会动到不允许改动的内容(比如不属于你的条目),已经撤回,什么都没有改动。'),
+('detail.refused.sql_denied', 'en', 'Couldn''t {label}: it reached items it may not change (for example ones that aren''t yours), so it was undone and nothing was changed.'),
+('detail.refused.side_effect', 'zh', '没能{label}:这条修改会改动比要求更多的东西,已经撤回,什么都没有改动。'),
+('detail.refused.side_effect', 'en', 'Couldn''t {label}: it would have changed more than was asked, so it was undone and nothing was changed.'),
+('detail.invalid.expect_rows_required', 'zh', '没能{label}:没有说明预计改动几条,为了安全没有执行,什么都没有改动。'),
+('detail.invalid.expect_rows_required', 'en', 'Couldn''t {label}: it didn''t say how many items should change, so to be safe nothing was changed.'),
+('detail.failed.timeout', 'zh', '没能{label}:处理时间太长,已经停止,什么都没有改动,可以稍后重试。'),
+('detail.failed.timeout', 'en', 'Couldn''t {label}: it took too long and was stopped; nothing was changed. You can try again later.')
+ON CONFLICT (code, lang) DO UPDATE SET body = excluded.body;
+
+-- Longest statement accepted (pyagentdb.sqlguard.MAX_SQL_CHARS is the same).
+CREATE OR REPLACE FUNCTION agentdb_private.max_sql_chars()
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT 20000 $$;
+
+-- The first word of a statement, lower-cased, after leading blanks and
+-- comments (nested /* */ included). NULL when there is none.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_first_word(p_sql text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v text := p_sql;
+    v_depth integer;
+    v_pos integer;
+BEGIN
+    LOOP
+        v := ltrim(v, E' \t\r\n\f\v');
+        IF left(v, 2) = '--' THEN
+            v_pos := strpos(v, E'\n');
+            v := CASE WHEN v_pos = 0 THEN '' ELSE substr(v, v_pos + 1) END;
+        ELSIF left(v, 2) = '/*' THEN
+            v_depth := 1;
+            v_pos := 3;
+            WHILE v_depth > 0 AND v_pos <= length(v) LOOP
+                IF substr(v, v_pos, 2) = '/*' THEN
+                    v_depth := v_depth + 1;
+                    v_pos := v_pos + 2;
+                ELSIF substr(v, v_pos, 2) = '*/' THEN
+                    v_depth := v_depth - 1;
+                    v_pos := v_pos + 2;
+                ELSE
+                    v_pos := v_pos + 1;
+                END IF;
+            END LOOP;
+            IF v_depth > 0 THEN
+                RETURN NULL;
+            END IF;
+            v := substr(v, v_pos);
+        ELSE
+            EXIT;
+        END IF;
+    END LOOP;
+    RETURN lower(substring(v FROM '^[A-Za-z_]+'));
+END
+$$;
+
+-- Names in an agent's statement resolve in pg_catalog first (no shadowing of
+-- built-in functions and operators), then in the schemas of the enabled
+-- tables (public first), and in pg_temp last.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_search_path()
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT concat_ws(', ', 'pg_catalog', (
+        SELECT string_agg(quote_ident(s.nspname), ', ' ORDER BY s.nspname <> 'public', s.nspname)
+          FROM (SELECT DISTINCT n.nspname
+                  FROM agentdb_private.sql_tables AS t
+                  JOIN pg_catalog.pg_class AS c ON c.oid = t.target
+                  JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace) AS s
+    ), 'pg_temp')
+$$;
+
+-- The task's user, while run_sql executes a statement in this backend (NULL
+-- otherwise). Row-level security on owner-scoped tables compares with it,
+-- and a statement may use it: INSERT ... VALUES (agentdb.sql_user(), ...).
+CREATE OR REPLACE FUNCTION agentdb.sql_user()
+RETURNS text
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.user_id FROM agentdb_private.sql_scope AS s WHERE s.backend_pid = pg_catalog.pg_backend_pid()
+$$;
+
+-- The two functions below run as agentdb_sql_writer (they are owned by it;
+-- see the end of this file). Nothing in them may name an agentdb object: the
+-- writer has no USAGE on agentdb_private.
+
+-- The server's own plan of the statement, made with the writer's privileges.
+-- A cursor cannot be opened over more than one statement, so a second
+-- statement fails here (42P11) before anything was executed.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_writer_plan(p_statement text, p_path text)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_row record;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', p_path, true);
+    FOR v_row IN EXECUTE 'EXPLAIN (VERBOSE, FORMAT JSON) ' || p_statement LOOP
+        RETURN v_row."QUERY PLAN"::jsonb;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+-- Execute the (already planned) statement and report what the transaction's
+-- statistics, settings and advisory locks looked like around it.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_writer_exec(p_statement text, p_path text)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '5s'
+AS $$
+DECLARE
+    v_rows bigint;
+    v_counts_before jsonb;
+    v_counts_after jsonb;
+    v_settings_before text;
+    v_settings_after text;
+    v_locks_before bigint;
+    v_locks_after bigint;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', p_path, true);
+    SELECT coalesce(jsonb_object_agg(c.oid::text, c.n), '{}')
+      INTO v_counts_before
+      FROM (SELECT r.oid, pg_catalog.pg_stat_get_xact_tuples_inserted(r.oid)
+                          + pg_catalog.pg_stat_get_xact_tuples_updated(r.oid)
+                          + pg_catalog.pg_stat_get_xact_tuples_deleted(r.oid) AS n
+              FROM pg_catalog.pg_class AS r WHERE r.relkind IN ('r', 't', 'm', 'p')) AS c
+     WHERE c.n > 0;
+    SELECT md5(string_agg(g.name || '=' || coalesce(g.setting, ''), ',' ORDER BY g.name))
+        || coalesce(current_setting('agentdb.call', true), '')
+      INTO v_settings_before
+      FROM pg_catalog.pg_settings AS g;
+    SELECT count(*) INTO v_locks_before FROM pg_catalog.pg_locks AS l
+     WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid();
+
+    EXECUTE p_statement;
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+
+    SELECT coalesce(jsonb_object_agg(c.oid::text, c.n), '{}')
+      INTO v_counts_after
+      FROM (SELECT r.oid, pg_catalog.pg_stat_get_xact_tuples_inserted(r.oid)
+                          + pg_catalog.pg_stat_get_xact_tuples_updated(r.oid)
+                          + pg_catalog.pg_stat_get_xact_tuples_deleted(r.oid) AS n
+              FROM pg_catalog.pg_class AS r WHERE r.relkind IN ('r', 't', 'm', 'p')) AS c
+     WHERE c.n > 0;
+    SELECT md5(string_agg(g.name || '=' || coalesce(g.setting, ''), ',' ORDER BY g.name))
+        || coalesce(current_setting('agentdb.call', true), '')
+      INTO v_settings_after
+      FROM pg_catalog.pg_settings AS g;
+    SELECT count(*) INTO v_locks_after FROM pg_catalog.pg_locks AS l
+     WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid();
+
+    RETURN jsonb_build_object(
+        'rows', v_rows,
+        'before', v_counts_before,
+        'after', v_counts_after,
+        'settings_changed', v_settings_before IS DISTINCT FROM v_settings_after,
+        'locks_added', v_locks_after - v_locks_before);
+END
+$$;
+
+-- Advisory locks this backend holds: a statement could take a session-level
+-- one (it outlives a rollback), so run_sql releases any it finds new.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_advisory_locks()
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'classid', l.classid::bigint, 'objid', l.objid::bigint, 'objsubid', l.objsubid,
+        'mode', l.mode)), '[]')
+      FROM pg_catalog.pg_locks AS l
+     WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.granted
+$$;
+
+CREATE OR REPLACE FUNCTION agentdb_private.sql_release_new_locks(p_before jsonb)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_lock jsonb;
+    v_shared boolean;
+    v_one boolean;
+    v_key bigint;
+    v_k1 integer;
+    v_k2 integer;
+    v_released integer := 0;
+BEGIN
+    FOR v_lock IN SELECT a.value FROM jsonb_array_elements(agentdb_private.sql_advisory_locks()) AS a
+                   WHERE NOT p_before @> jsonb_build_array(a.value) LOOP
+        v_shared := v_lock ->> 'mode' = 'ShareLock';
+        v_one := (v_lock ->> 'objsubid')::int = 1;
+        v_key := ((v_lock ->> 'classid')::bigint << 32) | (v_lock ->> 'objid')::bigint;
+        -- Two int4 keys are shown as unsigned oids.
+        v_k1 := ((v_lock ->> 'classid')::bigint - CASE WHEN (v_lock ->> 'classid')::bigint > 2147483647
+                                                       THEN 4294967296 ELSE 0 END)::int;
+        v_k2 := ((v_lock ->> 'objid')::bigint - CASE WHEN (v_lock ->> 'objid')::bigint > 2147483647
+                                                     THEN 4294967296 ELSE 0 END)::int;
+        -- Taken possibly several times over: release until it is gone.
+        WHILE agentdb_private.sql_advisory_locks() @> jsonb_build_array(v_lock) AND v_released < 10000 LOOP
+            PERFORM CASE
+                WHEN v_one AND v_shared THEN pg_advisory_unlock_shared(v_key)
+                WHEN v_one THEN pg_advisory_unlock(v_key)
+                WHEN v_shared THEN pg_advisory_unlock_shared(v_k1, v_k2)
+                ELSE pg_advisory_unlock(v_k1, v_k2)
+            END;
+            v_released := v_released + 1;
+        END LOOP;
+    END LOOP;
+    RETURN v_released;
+END
+$$;
+
+-- The step's stand-in tool: label, action and table for the receipt and the
+-- audit row (run_sql is not a registered tool).
+CREATE OR REPLACE FUNCTION agentdb_private.sql_tool(p_action text, p_target regclass)
+RETURNS agentdb_private.tools
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_tool agentdb_private.tools;
+    v_reg agentdb_private.sql_tables;
+BEGIN
+    SELECT * INTO v_reg FROM agentdb_private.sql_tables AS t WHERE t.target = p_target;
+    v_tool.name := 'run_sql';
+    v_tool.action := CASE WHEN p_action IN ('insert', 'update', 'delete') THEN p_action END;
+    v_tool.target := p_target;
+    v_tool.risk := 'write';
+    v_tool.label_zh := coalesce(v_reg.label_zh, CASE v_tool.action
+        WHEN 'insert' THEN '添加数据' WHEN 'delete' THEN '删除数据' ELSE '修改数据' END);
+    v_tool.label_en := coalesce(v_reg.label_en, CASE v_tool.action
+        WHEN 'insert' THEN 'add the data' WHEN 'delete' THEN 'delete the data' ELSE 'change the data' END);
+    v_tool.key_columns := '{}';
+    v_tool.needs_confirm := false;
+    RETURN v_tool;
+END
+$$;
+
+-- Which relation a changed relation counts as: a TOAST table as its table.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_owning_relation(p_rel oid)
+RETURNS oid
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce((SELECT c.oid FROM pg_catalog.pg_class AS c WHERE c.reltoastrelid = p_rel LIMIT 1), p_rel)
+$$;
+
+-- Plan, check, execute and prove one statement. Never raises for a bad
+-- statement: every problem is a result object (with the action and target
+-- found so far under the keys sql_action and sql_target).
+DROP FUNCTION IF EXISTS agentdb_private.sql_write(agentdb_private.tasks, text, integer);
+CREATE OR REPLACE FUNCTION agentdb_private.sql_write(
+    p_task agentdb_private.tasks, p_seq integer, p_statement text, p_expect_rows integer
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_word text := agentdb_private.sql_first_word(p_statement);
+    v_action text;
+    v_path text;
+    v_plan jsonb;
+    v_root jsonb;
+    v_node jsonb;
+    v_nodes jsonb [];
+    v_target regclass;
+    v_reg agentdb_private.sql_tables;
+    v_tree oid [];
+    v_type text;
+    v_rel regclass;
+    v_result jsonb;
+    v_exec jsonb;
+    v_key text;
+    v_delta bigint;
+    v_own bigint := 0;
+    v_other text [] := '{}';
+    v_partitioned boolean;
+    v_locks jsonb;
+    v_state text;
+    v_msg text;
+    v_fail jsonb;
+    v_rows bigint := 0;
+    v_watched boolean;
+    v_logged bigint;
+    v_log jsonb;
+BEGIN
+    IF coalesce(btrim(p_statement, E' \t\r\n\f\v;'), '') = '' THEN
+        RETURN agentdb_private.not_done('invalid', 'sql_error', 'the statement is empty');
+    END IF;
+    IF length(p_statement) > agentdb_private.max_sql_chars() THEN
+        RETURN agentdb_private.not_done('invalid', 'too_large',
+            format('the statement is %s characters, the limit is %s', length(p_statement),
+                   agentdb_private.max_sql_chars()));
+    END IF;
+    -- A cheap first look; the plan below is what decides.
+    IF v_word IS NULL OR v_word NOT IN ('insert', 'update', 'delete') THEN
+        RETURN agentdb_private.not_done('refused', 'sql_not_dml',
+            format('only INSERT, UPDATE or DELETE may be run, not %s', coalesce(upper(left(v_word, 30)), 'this')));
+    END IF;
+    v_action := v_word;
+    IF p_expect_rows IS NULL OR p_expect_rows < 1 THEN
+        RETURN agentdb_private.not_done('invalid', 'expect_rows_required',
+            'expect_rows (how many rows the statement must change, at least 1) is required')
+            || jsonb_build_object('sql_action', v_action);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM agentdb_private.sql_tables) THEN
+        RETURN agentdb_private.not_done('refused', 'table_not_allowed', 'no table is enabled for run_sql')
+            || jsonb_build_object('sql_action', v_action);
+    END IF;
+
+    -- 1. The server's plan, as the writer role.
+    v_path := agentdb_private.sql_search_path();
+    BEGIN
+        v_plan := agentdb_private.sql_writer_plan(p_statement, v_path);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
+        RETURN CASE
+            WHEN v_state = '42P11' THEN agentdb_private.not_done('refused', 'sql_not_single',
+                'more than one statement was given')
+            WHEN v_state IN ('42501', '42P01', '3F000') THEN agentdb_private.not_done('refused', 'table_not_allowed',
+                format('%s (SQLSTATE %s)', v_msg, v_state))
+            WHEN v_state = '42601' THEN agentdb_private.not_done('invalid', 'sql_error',
+                format('%s (SQLSTATE %s)', v_msg, v_state))
+            ELSE agentdb_private.not_done('invalid', 'sql_error', format('%s (SQLSTATE %s)', v_msg, v_state))
+        END || jsonb_build_object('sql_action', v_action);
+    END;
+
+    -- 2. The plan must be one plain write of one enabled table.
+    v_root := v_plan -> 0 -> 'Plan';
+    IF v_root ->> 'Node Type' IS DISTINCT FROM 'ModifyTable'
+            OR lower(v_root ->> 'Operation') IS DISTINCT FROM v_action THEN
+        RETURN agentdb_private.not_done('refused', 'sql_not_dml',
+            format('the statement is not a plain %s (the plan starts with %s %s)', upper(v_action),
+                   coalesce(v_root ->> 'Node Type', '?'), coalesce(v_root ->> 'Operation', '')))
+            || jsonb_build_object('sql_action', v_action);
+    END IF;
+    v_target := to_regclass(format('%I.%I', v_root ->> 'Schema', v_root ->> 'Relation Name'));
+    SELECT * INTO v_reg FROM agentdb_private.sql_tables AS t WHERE t.target = v_target;
+    IF NOT FOUND THEN
+        RETURN agentdb_private.not_done('refused', 'table_not_allowed',
+            format('%s is not enabled for run_sql', coalesce(v_target::text, '?')))
+            || jsonb_build_object('sql_action', v_action);
+    END IF;
+    v_result := jsonb_build_object('sql_action', v_action, 'sql_target', v_target::oid);
+    IF v_root ->> 'Conflict Resolution' IS DISTINCT FROM NULL AND v_root ->> 'Conflict Resolution' <> 'NOTHING' THEN
+        RETURN agentdb_private.not_done('refused', 'sql_not_simple',
+            'ON CONFLICT DO UPDATE is not allowed (an upsert''s row count proves nothing)') || v_result;
+    END IF;
+    SELECT array_agg(p.relid) INTO v_tree FROM pg_catalog.pg_partition_tree(v_target) AS p;
+    v_tree := coalesce(v_tree, ARRAY[v_target::oid]);
+
+    -- Every node below the root, checked for the most telling reason first.
+    SELECT coalesce(array_agg(n), '{}') INTO v_nodes
+      FROM jsonb_path_query(v_root -> 'Plans', 'strict $.**') AS n
+     WHERE jsonb_typeof(n) = 'object' AND n ? 'Node Type';
+    FOREACH v_node IN ARRAY v_nodes LOOP
+        IF v_node ? 'Function Name' THEN
+            RETURN agentdb_private.not_done('refused', 'sql_not_simple',
+                format('a function in FROM is not allowed (%s)', v_node ->> 'Function Name')) || v_result;
+        END IF;
+        IF v_node ->> 'Parent Relationship' IN ('InitPlan', 'SubPlan') THEN
+            RETURN agentdb_private.not_done('refused', 'sql_not_simple',
+                format('a subquery is not allowed (%s)', coalesce(v_node ->> 'Subplan Name', v_node ->> 'Node Type')))
+                || v_result;
+        END IF;
+        IF v_node ? 'Relation Name' THEN
+            v_rel := to_regclass(format('%I.%I', v_node ->> 'Schema', v_node ->> 'Relation Name'));
+            IF v_rel IS NULL OR NOT v_rel::oid = ANY (v_tree) OR v_action = 'insert' THEN
+                RETURN agentdb_private.not_done('refused', 'sql_not_simple',
+                    format('the statement reads %s; only the rows of %s it changes may be named',
+                           coalesce(v_rel::text, v_node ->> 'Relation Name'), v_target)) || v_result;
+            END IF;
+        END IF;
+    END LOOP;
+    FOREACH v_node IN ARRAY v_nodes LOOP
+        v_type := v_node ->> 'Node Type';
+        IF NOT v_type = ANY (CASE WHEN v_action = 'insert'
+                THEN ARRAY['Result', 'Values Scan']
+                ELSE ARRAY['Seq Scan', 'Index Scan', 'Index Only Scan', 'Bitmap Heap Scan', 'Bitmap Index Scan',
+                           'BitmapAnd', 'BitmapOr', 'Tid Scan', 'Tid Range Scan', 'Append', 'Merge Append',
+                           'Result'] END) THEN
+            RETURN agentdb_private.not_done('refused', 'sql_not_simple',
+                format('%s is not allowed in an agent''s %s (only one table, no joins, subqueries or set '
+                       'operations)', v_type, upper(v_action))) || v_result;
+        END IF;
+        -- UPDATE/DELETE must name their rows: a scan of the table with no
+        -- condition at all (no WHERE, or WHERE true / 1 = 1 folded away) is every row.
+        IF v_action <> 'insert' AND v_node ? 'Relation Name' AND v_type <> 'Bitmap Index Scan'
+                AND NOT (v_node ?| ARRAY['Filter', 'Index Cond', 'Recheck Cond', 'TID Cond']) THEN
+            RETURN agentdb_private.not_done('refused', 'unbounded',
+                format('%s without a condition would change every row', upper(v_action))) || v_result;
+        END IF;
+    END LOOP;
+
+    -- 3. The same gate as invoke, now that the table is known.
+    v_fail := agentdb_private.gate_checks(p_task, 'run_sql', agentdb_private.sql_tool(v_action, v_target));
+    IF v_fail IS NOT NULL THEN
+        RETURN v_fail || v_result;
+    END IF;
+    IF v_reg.max_rows IS NOT NULL AND p_expect_rows > v_reg.max_rows THEN
+        RETURN agentdb_private.not_done('refused', 'too_many_rows',
+            format('%s rows expected, run_sql allows at most %s on %s', p_expect_rows, v_reg.max_rows, v_target))
+            || v_result;
+    END IF;
+
+    -- 4. Execute as the writer, in a subtransaction, and prove what changed.
+    v_locks := agentdb_private.sql_advisory_locks();
+    v_fail := NULL;
+    BEGIN
+        INSERT INTO agentdb_private.sql_scope AS s (backend_pid, user_id, target)
+        VALUES (pg_backend_pid(), p_task.user_id, v_target)
+        ON CONFLICT (backend_pid) DO UPDATE SET user_id = excluded.user_id, target = excluded.target;
+
+        -- The step's marker (sql/63_watch.sql): a watched table's change log
+        -- names this step as the one that made the change.
+        PERFORM set_config('agentdb.call', p_task.id::text || ':' || p_seq::text, true);
+        v_exec := agentdb_private.sql_writer_exec(p_statement, v_path);
+        PERFORM set_config('agentdb.call', '', true);
+        v_rows := (v_exec ->> 'rows')::bigint;
+
+        DELETE FROM agentdb_private.sql_scope AS s WHERE s.backend_pid = pg_backend_pid();
+
+        -- Rows changed per relation, from the transaction's own statistics.
+        FOR v_key, v_delta IN
+            SELECT a.key, a.value::bigint - coalesce((v_exec -> 'before' ->> a.key)::bigint, 0)
+              FROM jsonb_each_text(v_exec -> 'after') AS a LOOP
+            CONTINUE WHEN v_delta = 0;
+            IF agentdb_private.sql_owning_relation(v_key::oid) = ANY (v_tree) THEN
+                v_own := v_own + v_delta;
+            ELSIF (SELECT n.nspname FROM pg_catalog.pg_class AS c
+                     JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+                    WHERE c.oid = agentdb_private.sql_owning_relation(v_key::oid)) IS DISTINCT FROM 'agentdb_private' THEN
+                -- agentdb's own bookkeeping (e.g. a change log trigger) does not count.
+                v_other := v_other || coalesce(agentdb_private.sql_owning_relation(v_key::oid)::regclass::text, v_key);
+            END IF;
+        END LOOP;
+        SELECT c.relkind = 'p' INTO v_partitioned FROM pg_catalog.pg_class AS c WHERE c.oid = v_target;
+
+        IF cardinality(v_other) > 0 THEN
+            v_fail := agentdb_private.not_done('refused', 'side_effect',
+                format('the statement also changed %s', array_to_string(v_other, ', ')));
+        ELSIF (v_exec ->> 'settings_changed')::boolean THEN
+            v_fail := agentdb_private.not_done('refused', 'side_effect', 'the statement changed a session setting');
+        ELSIF (v_exec ->> 'locks_added')::int > 0 THEN
+            v_fail := agentdb_private.not_done('refused', 'side_effect', 'the statement took an advisory lock');
+        ELSIF v_rows <> p_expect_rows THEN
+            v_fail := agentdb_private.not_done('unverified', 'row_count',
+                format('expected %s row(s) to change, %s did', p_expect_rows, v_rows),
+                jsonb_build_object('expected_rows', p_expect_rows, 'matched_rows', v_rows));
+        ELSIF v_own <> v_rows AND NOT (v_partitioned AND v_own BETWEEN v_rows AND 2 * v_rows) THEN
+            -- e.g. a trigger on the table changed other rows of it as well.
+            v_fail := agentdb_private.not_done('refused', 'side_effect',
+                format('%s row(s) reported, %s row change(s) counted on %s', v_rows, v_own, v_target));
+        END IF;
+        -- Read back through the change log when the table is watched: the rows
+        -- this step logged on the table must be the rows the statement changed.
+        v_watched := EXISTS (SELECT 1 FROM agentdb_private.watched AS w WHERE w.table_oid = v_target);
+        IF v_fail IS NULL AND v_watched THEN
+            SELECT count(*), jsonb_agg(jsonb_build_object('key', c.key, 'row', coalesce(c.new_row, c.old_row))
+                                       ORDER BY c.id)
+              INTO v_logged, v_log
+              FROM agentdb_private.change_log AS c
+             WHERE c.task_id = p_task.id AND c.seq = p_seq AND c.table_oid = ANY (v_tree);
+            IF v_logged <> v_rows AND NOT (v_partitioned AND v_logged BETWEEN v_rows AND 2 * v_rows) THEN
+                v_fail := agentdb_private.not_done('unverified', 'log_mismatch',
+                    format('%s row(s) changed, %s logged for this step', v_rows, v_logged),
+                    jsonb_build_object('expected_rows', v_rows, 'matched_rows', v_logged));
+            END IF;
+        END IF;
+        IF v_fail IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'AD001', MESSAGE = v_fail ->> 'error';
+        END IF;
+        v_result := v_result || jsonb_build_object(
+            'outcome', 'success', 'refusal', NULL, 'verified', true, 'affected_rows', v_rows,
+            'attempts', 1, 'error', NULL)
+            || CASE WHEN v_rows = 1 AND v_log IS NOT NULL
+                    THEN jsonb_build_object('key', v_log -> 0 -> 'key', 'row', v_log -> 0 -> 'row')
+                    ELSE '{}' END;
+    EXCEPTION
+        WHEN SQLSTATE 'AD001' THEN
+            v_result := v_result || v_fail || jsonb_build_object('attempts', 1);
+        WHEN query_canceled THEN
+            v_result := v_result || agentdb_private.not_done('failed', 'timeout',
+                'the statement was cancelled (statement_timeout)') || jsonb_build_object('attempts', 1);
+        WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
+            v_result := v_result || agentdb_private.not_done(
+                CASE WHEN v_state = '42501' THEN 'refused'
+                     WHEN left(v_state, 2) IN ('22', '23') AND v_state NOT IN ('23505', '23P01') THEN 'invalid'
+                     ELSE 'failed' END,
+                CASE WHEN v_state = '42501' THEN 'sql_denied'
+                     WHEN v_state = '23505' THEN 'unique_violation'
+                     WHEN v_state = '23P01' THEN 'exclusion_violation'
+                     WHEN v_state = '23514' THEN 'check_violation'
+                     WHEN v_state = '23502' THEN 'missing_field'
+                     WHEN v_state = '23503' THEN 'foreign_key_violation'
+                     WHEN v_state = '55P03' THEN 'timeout'
+                     WHEN left(v_state, 2) = '22' THEN 'bad_value'
+                     ELSE 'error' END,
+                format('%s (SQLSTATE %s)', v_msg, v_state),
+                jsonb_build_object('attempts', 1, 'sqlstate', v_state));
+    END;
+    -- A session-level advisory lock outlives the rollback: release it.
+    PERFORM agentdb_private.sql_release_new_locks(v_locks);
+    RETURN v_result;
+END
+$$;
+
+-- Shared front half of run_sql and record_sql_refusal: the task (locked),
+-- a replay by call_id, the next step number.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_step(
+    p_task uuid,
+    p_statement text,
+    p_expect_rows integer,
+    p_call_id text,
+    p_reason text,
+    p_guard_refusal text
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_started timestamptz := clock_timestamp();
+    v_call_id text := CASE WHEN length(p_call_id) <= 200 THEN p_call_id END;
+    v_task agentdb_private.tasks;
+    v_seq integer;
+    v_prior jsonb;
+    v_result jsonb;
+    v_args jsonb;
+    v_action text := agentdb_private.sql_first_word(left(p_statement, agentdb_private.max_sql_chars()));
+    v_tool agentdb_private.tools;
+    v_state text;
+    v_msg text;
+BEGIN
+    v_args := jsonb_strip_nulls(jsonb_build_object(
+        'statement', left(p_statement, agentdb_private.max_sql_chars()),
+        'expect_rows', p_expect_rows));
+
+    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = p_task FOR UPDATE;
+    IF NOT FOUND THEN
+        v_task.id := p_task;
+        RETURN agentdb_private.record_step(v_task, NULL, 'run_sql', agentdb_private.sql_tool(v_action, NULL),
+            v_args, p_reason, v_call_id, v_started,
+            agentdb_private.not_done('refused', 'unknown_task', format('no task %s', p_task)));
+    END IF;
+
+    IF p_call_id IS NOT NULL THEN
+        SELECT jsonb_build_object('step_id', s.id) || s.receipt || '{"replayed": true}'
+          INTO v_prior
+          FROM agentdb_private.steps AS s
+         WHERE s.task_id = v_task.id AND s.call_id = p_call_id;
+        IF FOUND THEN
+            RETURN v_prior;
+        END IF;
+    END IF;
+
+    v_seq := agentdb_private.next_seq(v_task.id);
+    v_tool := agentdb_private.sql_tool(v_action, NULL);
+    -- Task, login: checked before the statement is looked at. Permission needs
+    -- the table, which only the plan tells: checked again in sql_write.
+    v_result := agentdb_private.gate_checks(v_task, 'run_sql', v_tool);
+    IF v_result ->> 'refusal' = 'no_permission' THEN
+        v_result := NULL;
+    END IF;
+    IF v_result IS NULL AND p_call_id IS NOT NULL AND length(p_call_id) > 200 THEN
+        v_result := agentdb_private.not_done('invalid', 'bad_call_id', 'call_id is longer than 200 characters');
+    END IF;
+    IF v_result IS NULL AND p_guard_refusal IS NOT NULL THEN
+        v_result := agentdb_private.not_done('refused', 'sql_guard', 'sql guard: ' || left(p_guard_refusal, 1000));
+    END IF;
+    IF v_result IS NULL THEN
+        BEGIN
+            v_result := agentdb_private.sql_write(v_task, v_seq, p_statement, p_expect_rows);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
+            v_result := agentdb_private.not_done('failed', 'error', format('%s (SQLSTATE %s)', v_msg, v_state));
+        END;
+        v_tool := agentdb_private.sql_tool(coalesce(v_result ->> 'sql_action', v_action),
+                                           (v_result ->> 'sql_target')::oid::regclass);
+    END IF;
+
+    RETURN agentdb_private.record_step(v_task, v_seq, 'run_sql', v_tool, v_args, p_reason, v_call_id,
+        v_started, v_result);
+END
+$$;
+
+-- Run one INSERT/UPDATE/DELETE written by an agent, as a step. expect_rows
+-- (required, at least 1) must equal the rows changed, or it is rolled back.
+CREATE OR REPLACE FUNCTION agentdb.run_sql(
+    task uuid,
+    statement text,
+    expect_rows integer,
+    call_id text DEFAULT NULL,
+    reason text DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT agentdb_private.sql_step(
+        run_sql.task, run_sql.statement, run_sql.expect_rows, run_sql.call_id, run_sql.reason, NULL
+    )
+$$;
+
+-- Record a statement that a client-side guard (pyagentdb.sqlguard) refused:
+-- a refused step and an audit row, nothing executed.
+CREATE OR REPLACE FUNCTION agentdb.record_sql_refusal(
+    task uuid,
+    statement text,
+    refusal text,
+    call_id text DEFAULT NULL,
+    reason text DEFAULT NULL,
+    expect_rows integer DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT agentdb_private.sql_step(
+        record_sql_refusal.task, record_sql_refusal.statement, record_sql_refusal.expect_rows,
+        record_sql_refusal.call_id, record_sql_refusal.reason,
+        coalesce(nullif(btrim(record_sql_refusal.refusal), ''), 'refused by the client''s guard')
+    )
+$$;
+
+-- Drop the policies allow_sql made on a table (quietly when there are none).
+CREATE OR REPLACE FUNCTION agentdb_private.sql_drop_policies(p_table regclass)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_name name;
+BEGIN
+    FOR v_name IN SELECT p.polname FROM pg_catalog.pg_policy AS p
+                   WHERE p.polrelid = p_table AND p.polname IN ('agentdb_sql_owner', 'agentdb_sql_others') LOOP
+        EXECUTE format('DROP POLICY %I ON %s', v_name, p_table);
+    END LOOP;
+END
+$$;
+
+-- Enable a table for run_sql: the writer role gets SELECT, INSERT, UPDATE and
+-- DELETE on it, and the table is watched (change log). With owner_column,
+-- row-level security confines the writer to the task user's rows (reads and
+-- writes): see docs/sql-guard.md.
+CREATE OR REPLACE FUNCTION agentdb.allow_sql(
+    target regclass,
+    owner_column text DEFAULT NULL,
+    max_rows integer DEFAULT NULL,
+    label_zh text DEFAULT NULL,
+    label_en text DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_kind "char";
+    v_schema name;
+    v_rls boolean;
+    v_prev agentdb_private.sql_tables;
+    v_ours boolean;
+    v_seq regclass;
+BEGIN
+    IF target IS NULL THEN
+        RAISE EXCEPTION 'allow_sql: target table is required' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT c.relkind, n.nspname, c.relrowsecurity INTO v_kind, v_schema, v_rls
+      FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+     WHERE c.oid = target;
+    IF v_kind NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION 'allow_sql: % is not a table', target
+            USING HINT = 'Only ordinary or partitioned tables can be enabled for run_sql.',
+                  ERRCODE = 'wrong_object_type';
+    END IF;
+    IF v_schema IN ('agentdb', 'agentdb_private', 'pg_catalog', 'information_schema') OR v_schema LIKE 'pg_%' THEN
+        RAISE EXCEPTION 'allow_sql: % belongs to agentdb or the system', target USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF owner_column IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM agentdb_private.table_columns(target) AS c WHERE c.column_name = owner_column) THEN
+        RAISE EXCEPTION 'allow_sql: table % has no column %', target, quote_literal(owner_column)
+            USING HINT = format('Columns of %s: %s', target,
+                (SELECT string_agg(c.column_name, ', ') FROM agentdb_private.table_columns(target) AS c)),
+                  ERRCODE = 'undefined_column';
+    END IF;
+    IF max_rows IS NOT NULL AND max_rows < 1 THEN
+        RAISE EXCEPTION 'allow_sql: max_rows must be at least 1, not %', max_rows USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    SELECT * INTO v_prev FROM agentdb_private.sql_tables AS t WHERE t.target = allow_sql.target;
+    -- Re-enabling: start from a clean table (the owner column may have changed).
+    PERFORM agentdb_private.sql_drop_policies(target);
+    v_ours := coalesce(v_prev.rls_enabled_by_agentdb, false);
+    IF v_ours AND owner_column IS NULL THEN
+        EXECUTE format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY', target);
+        v_ours := false;
+    END IF;
+
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO agentdb_sql_writer', target);
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO agentdb_sql_writer', v_schema);
+    -- serial columns: INSERT needs USAGE on the sequence for the default.
+    FOR v_seq IN SELECT d.objid::regclass FROM pg_catalog.pg_depend AS d
+                  WHERE d.refobjid = target AND d.classid = 'pg_catalog.pg_class'::regclass
+                    AND d.deptype IN ('a', 'i')
+                    AND (SELECT c.relkind FROM pg_catalog.pg_class AS c WHERE c.oid = d.objid) = 'S' LOOP
+        EXECUTE format('GRANT USAGE ON SEQUENCE %s TO agentdb_sql_writer', v_seq);
+    END LOOP;
+
+    IF owner_column IS NOT NULL THEN
+        IF v_rls AND NOT v_ours THEN
+            -- The table has its own policies: leave them to others, give the writer
+            -- a way in that the restrictive policy below narrows.
+            EXECUTE format('CREATE POLICY agentdb_sql_others ON %s AS PERMISSIVE FOR ALL TO agentdb_sql_writer '
+                           'USING (true) WITH CHECK (true)', target);
+        ELSE
+            -- Turning row-level security on must not change what anyone else sees.
+            EXECUTE format('CREATE POLICY agentdb_sql_others ON %s AS PERMISSIVE FOR ALL TO PUBLIC '
+                           'USING (true) WITH CHECK (true)', target);
+            EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', target);
+            v_ours := true;
+        END IF;
+        EXECUTE format('CREATE POLICY agentdb_sql_owner ON %1$s AS RESTRICTIVE FOR ALL TO agentdb_sql_writer '
+                       'USING (%2$I::text = agentdb.sql_user()) WITH CHECK (%2$I::text = agentdb.sql_user())',
+                       target, owner_column);
+    END IF;
+
+    -- Watched (sql/63_watch.sql): every change is logged with the step that made
+    -- it, and run_sql reads its own changes back from that log. Needs a primary key.
+    PERFORM agentdb_private.watch_table(target, agentdb_private.primary_key(target));
+
+    INSERT INTO agentdb_private.sql_tables AS t (target, owner_column, max_rows, label_zh, label_en,
+                                               rls_enabled_by_agentdb)
+    VALUES (allow_sql.target, allow_sql.owner_column, allow_sql.max_rows, nullif(btrim(allow_sql.label_zh), ''),
+            nullif(btrim(allow_sql.label_en), ''), v_ours)
+    ON CONFLICT ON CONSTRAINT sql_tables_pkey DO UPDATE SET
+        owner_column = excluded.owner_column, max_rows = excluded.max_rows, label_zh = excluded.label_zh,
+        label_en = excluded.label_en, rls_enabled_by_agentdb = excluded.rls_enabled_by_agentdb;
+    RETURN (SELECT to_jsonb(s) FROM agentdb.sql_tables AS s WHERE s.target = allow_sql.target);
+END
+$$;
+
+-- Disable a table for run_sql and undo what allow_sql did to it (except the
+-- watch: a tool may rely on it; agentdb.unwatch removes it).
+CREATE OR REPLACE FUNCTION agentdb.disallow_sql(target regclass)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_reg agentdb_private.sql_tables;
+    v_schema name;
+    v_seq regclass;
+BEGIN
+    DELETE FROM agentdb_private.sql_tables AS t WHERE t.target = disallow_sql.target RETURNING * INTO v_reg;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c WHERE c.oid = target) THEN
+        RETURN true;  -- dropped since: nothing left to undo
+    END IF;
+    PERFORM agentdb_private.sql_drop_policies(target);
+    IF v_reg.rls_enabled_by_agentdb THEN
+        EXECUTE format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY', target);
+    END IF;
+    EXECUTE format('REVOKE ALL ON %s FROM agentdb_sql_writer', target);
+    FOR v_seq IN SELECT d.objid::regclass FROM pg_catalog.pg_depend AS d
+                  WHERE d.refobjid = target AND d.classid = 'pg_catalog.pg_class'::regclass
+                    AND d.deptype IN ('a', 'i')
+                    AND (SELECT c.relkind FROM pg_catalog.pg_class AS c WHERE c.oid = d.objid) = 'S' LOOP
+        EXECUTE format('REVOKE ALL ON SEQUENCE %s FROM agentdb_sql_writer', v_seq);
+    END LOOP;
+    SELECT n.nspname INTO v_schema FROM pg_catalog.pg_class AS c
+      JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace WHERE c.oid = target;
+    IF NOT EXISTS (SELECT 1 FROM agentdb_private.sql_tables AS t
+                     JOIN pg_catalog.pg_class AS c ON c.oid = t.target
+                    WHERE c.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace AS n WHERE n.nspname = v_schema)) THEN
+        EXECUTE format('REVOKE USAGE ON SCHEMA %I FROM agentdb_sql_writer', v_schema);
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- The tables enabled for run_sql, for runtimes (which tables may the agent
+-- write), DBAs and auditors.
+CREATE OR REPLACE VIEW agentdb.sql_tables AS
+SELECT
+    t.target,
+    t.owner_column,
+    t.max_rows,
+    t.label_zh,
+    t.label_en,
+    t.rls_enabled_by_agentdb,
+    t.created_at,
+    -- From the catalog directly: a view calls functions with the reader's rights.
+    (
+        SELECT
+            jsonb_agg(
+                jsonb_build_object('name', a.attname, 'type', format_type(a.atttypid, a.atttypmod))
+                ORDER BY a.attnum
+            )
+        FROM pg_catalog.pg_attribute AS a
+        WHERE a.attrelid = t.target AND a.attnum > 0 AND NOT a.attisdropped
+    ) AS columns
+FROM agentdb_private.sql_tables AS t;
+
+-- The writer-side functions belong to the writer role. Changing an owner to a
+-- role needs that role to hold CREATE on the schema (superusers aside): only
+-- for the moment of the change.
+GRANT CREATE ON SCHEMA agentdb_private TO agentdb_sql_writer;
+ALTER FUNCTION agentdb_private.sql_writer_plan(text, text) OWNER TO agentdb_sql_writer;
+ALTER FUNCTION agentdb_private.sql_writer_exec(text, text) OWNER TO agentdb_sql_writer;
+REVOKE CREATE ON SCHEMA agentdb_private FROM agentdb_sql_writer;
+REVOKE ALL ON FUNCTION agentdb_private.sql_writer_plan(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION agentdb_private.sql_writer_exec(text, text) FROM PUBLIC;
+
+-- Grants: the agent may run SQL and read which tables it may write; the
+-- writer may name the task's user (and the policies call it as the writer).
+REVOKE ALL ON FUNCTION agentdb.run_sql(uuid, text, integer, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION agentdb.record_sql_refusal(uuid, text, text, text, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION agentdb.sql_user() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+agentdb.run_sql(uuid, text, integer, text, text),
+agentdb.record_sql_refusal(uuid, text, text, text, text, integer)
+TO agentdb_agent;
+GRANT USAGE ON SCHEMA agentdb TO agentdb_sql_writer;
+GRANT EXECUTE ON FUNCTION agentdb.sql_user() TO agentdb_sql_writer;
+GRANT SELECT ON agentdb.sql_tables TO agentdb_agent, agentdb_app, agentdb_auditor;
