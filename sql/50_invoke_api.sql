@@ -62,7 +62,11 @@ AS $$
 DECLARE
     v_started timestamptz := clock_timestamp();
     -- A call_id too long to be one is refused and not stored (it could not be indexed).
-    v_call_id text := CASE WHEN length(p_call_id) <= 200 THEN p_call_id END;
+    -- 'draft:' and 'action:' call_ids belong to confirm and the worker: from an
+    -- agent's call they are refused and not stored, so they cannot pose as a
+    -- confirmation's step (a pre-seeded 'draft:<id>' would be replayed by confirm).
+    v_call_id text := CASE WHEN length(p_call_id) <= 200 AND (p_confirmed OR p_call_id !~ '^(draft|action):')
+                           THEN p_call_id END;
     v_task agentdb_private.tasks;
     v_tool agentdb_private.tools;
     v_seq integer;
@@ -82,11 +86,11 @@ BEGIN
     END IF;
 
     -- The same call_id in a task returns the first receipt and writes nothing.
-    IF p_call_id IS NOT NULL THEN
+    IF v_call_id IS NOT NULL THEN
         SELECT jsonb_build_object('step_id', s.id) || s.receipt || '{"replayed": true}'
           INTO v_prior
           FROM agentdb_private.steps AS s
-         WHERE s.task_id = v_task.id AND s.call_id = p_call_id;
+         WHERE s.task_id = v_task.id AND s.call_id = v_call_id;
         IF FOUND THEN
             RETURN v_prior;
         END IF;
@@ -100,6 +104,10 @@ BEGIN
     v_result := agentdb_private.gate_checks(v_task, p_tool, v_tool);
     IF v_result IS NULL AND p_call_id IS NOT NULL AND length(p_call_id) > 200 THEN
         v_result := agentdb_private.not_done('invalid', 'bad_call_id', 'call_id is longer than 200 characters');
+    END IF;
+    IF v_result IS NULL AND NOT p_confirmed AND p_call_id ~ '^(draft|action):' THEN
+        v_result := agentdb_private.not_done('invalid', 'bad_call_id',
+            'call_ids starting with draft: or action: are reserved for confirm and the approval worker');
     END IF;
     IF v_result IS NULL AND NOT p_confirmed AND (v_tool.needs_confirm OR v_tool.risk = 'irreversible') THEN
         v_result := agentdb_private.not_done('needs_confirmation', 'needs_confirmation',
