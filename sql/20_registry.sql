@@ -169,6 +169,9 @@ BEGIN
     IF coalesce(trim(user_id), '') = '' THEN
         RAISE EXCEPTION 'user_id is required' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF length(user_id) > 200 THEN
+        RAISE EXCEPTION 'user_id is at most 200 characters' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF v_perm IS NULL OR v_perm NOT IN ('WRITE', 'DELETE') THEN
         RAISE EXCEPTION 'permission must be WRITE or DELETE, not %', coalesce(permission, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';

@@ -24,6 +24,11 @@ BEGIN
     IF coalesce(trim(conversation_id), '') = '' THEN
         RAISE EXCEPTION 'begin_task: conversation_id is required' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- Ids go into btree keys (tasks, drafts, replies): a very long one would fail there.
+    IF length(user_id) > 200 OR length(conversation_id) > 200 THEN
+        RAISE EXCEPTION 'begin_task: user_id and conversation_id are at most 200 characters'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF coalesce(lang, 'zh') NOT IN ('zh', 'en') THEN
         RAISE EXCEPTION 'begin_task: lang must be zh or en, not %', lang USING ERRCODE = 'invalid_parameter_value';
     END IF;

@@ -58,14 +58,25 @@ $$;
 
 CREATE OR REPLACE FUNCTION agentdb.grant_approver(user_id text, approver text)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_added boolean;
+BEGIN
+    -- Both ids form the table's key: refuse empty or very long ones with a clear error.
+    IF coalesce(trim(grant_approver.user_id), '') = '' OR coalesce(trim(grant_approver.approver), '') = ''
+            OR length(grant_approver.user_id) > 200 OR length(grant_approver.approver) > 200 THEN
+        RAISE EXCEPTION 'grant_approver: user_id and approver are required, at most 200 characters'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     INSERT INTO agentdb_private.approvers (user_id, approver)
     VALUES (grant_approver.user_id, grant_approver.approver)
     ON CONFLICT DO NOTHING
-    RETURNING true
+    RETURNING true INTO v_added;
+    RETURN v_added;
+END
 $$;
 
 CREATE OR REPLACE FUNCTION agentdb.revoke_approver(user_id text, approver text)
