@@ -39,11 +39,14 @@ BEGIN
         END IF;
         RETURN NULL;
     END IF;
-    -- Superusers count as members of every role: only real members are agents.
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles AS r
-                WHERE r.rolname IN (session_user, current_user)
-                  AND NOT r.rolsuper
-                  AND pg_catalog.pg_has_role(r.oid, 'agentdb_agent', 'MEMBER')) THEN
+    -- Superusers count as members of every role: only real members are agents
+    -- (the catalog is read only when the cached membership test says yes).
+    IF (pg_catalog.pg_has_role(session_user, 'agentdb_agent', 'MEMBER')
+            OR pg_catalog.pg_has_role(current_user, 'agentdb_agent', 'MEMBER'))
+        AND EXISTS (SELECT 1 FROM pg_catalog.pg_roles AS r
+                     WHERE r.rolname IN (session_user, current_user)
+                       AND NOT r.rolsuper
+                       AND pg_catalog.pg_has_role(r.oid, 'agentdb_agent', 'MEMBER')) THEN
         RAISE EXCEPTION '% on %.% refused: an agent role changes a watched table only through agentdb.invoke',
             TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME
             USING ERRCODE = 'insufficient_privilege',
@@ -75,24 +78,70 @@ DECLARE
     v_task uuid;
     v_seq integer;
     v_tail record;
-    v_txid xid8 := pg_current_xact_id();
+    v_txid xid8;
     v_at timestamptz := clock_timestamp();
+    v_first jsonb [];
+    v_old jsonb;
+    v_new jsonb;
+    v_rec agentdb_private.change_log;
 BEGIN
+    -- The first two changed rows: none, one (the common case, logged with
+    -- no set-based query) or several.
+    IF TG_OP = 'DELETE' THEN
+        SELECT array_agg(x.j) INTO v_first FROM (SELECT to_jsonb(t) AS j FROM agentdb_old AS t LIMIT 2) AS x;
+    ELSIF TG_OP <> 'TRUNCATE' THEN
+        SELECT array_agg(x.j) INTO v_first FROM (SELECT to_jsonb(t) AS j FROM agentdb_new AS t LIMIT 2) AS x;
+        IF v_first IS NULL THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    IF TG_OP = 'DELETE' AND v_first IS NULL THEN
+        RETURN NULL;
+    END IF;
+
     -- The guard (BEFORE, same statement) refused any marker not set by
     -- agentdb; a dry run's marker names no step.
     IF v_call ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:[0-9]{1,9}$' THEN
         v_task := split_part(v_call, ':', 1)::uuid;
         v_seq := split_part(v_call, ':', 2)::integer;
     END IF;
-    v_name := coalesce(
-        (SELECT format('%I.%I', n.nspname, c.relname)
-           FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-          WHERE c.oid = v_oid),
-        v_oid::text);
+    IF TG_RELID = v_oid THEN
+        v_name := quote_ident(TG_TABLE_SCHEMA) || '.' || quote_ident(TG_TABLE_NAME);
+    ELSE
+        -- A partition: the change is logged under the watched table.
+        v_name := coalesce(
+            (SELECT format('%I.%I', n.nspname, c.relname)
+               FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+              WHERE c.oid = v_oid),
+            v_oid::text);
+    END IF;
+    v_txid := pg_current_xact_id();
     v_tail := agentdb_private.chain_claim('change');
 
-    -- c: the change rows, built as change_log records so that their content
-    -- is hashed exactly as agentdb.verify_chain will read it back.
+    IF TG_OP = 'TRUNCATE' OR cardinality(v_first) = 1 THEN
+        IF TG_OP = 'INSERT' THEN
+            v_new := v_first[1];
+        ELSIF TG_OP = 'DELETE' THEN
+            v_old := v_first[1];
+        ELSIF TG_OP = 'UPDATE' THEN
+            v_new := v_first[1];
+            SELECT to_jsonb(t) INTO v_old FROM agentdb_old AS t;
+        END IF;
+        v_rec := ROW(
+            nextval('agentdb_private.change_log_id_seq'::regclass), v_oid, v_name, TG_OP,
+            CASE WHEN TG_OP = 'TRUNCATE' THEN NULL
+                 WHEN cardinality(v_keys) = 1 THEN jsonb_build_object(v_keys[1], coalesce(v_new, v_old) -> v_keys[1])
+                 ELSE (SELECT jsonb_object_agg(k, coalesce(v_new, v_old) -> k) FROM unnest(v_keys) AS k) END,
+            v_old, v_new, v_txid, v_task, v_seq, session_user, v_at,
+            v_tail.stripe, v_tail.last_seq + 1, NULL);
+        v_rec.hash := sha256(v_tail.last_hash || agentdb_private.chain_content(to_jsonb(v_rec)));
+        INSERT INTO agentdb_private.change_log OVERRIDING SYSTEM VALUE SELECT v_rec.*;
+        RETURN NULL;
+    END IF;
+
+    -- Several rows, in one INSERT. c: the change rows, built as change_log
+    -- records so that their content is hashed exactly as agentdb.verify_chain
+    -- reads it back; h: the running link (chain_agg, seeded with the tail).
     IF TG_OP = 'INSERT' THEN
         INSERT INTO agentdb_private.change_log OVERRIDING SYSTEM VALUE
         SELECT (x.c).id, (x.c).table_oid, (x.c).table_name, (x.c).op, (x.c).key, (x.c).old_row,
@@ -194,17 +243,6 @@ BEGIN
                (x.c).chain_stripe, (x.c).chain_seq, x.h
           FROM x
          WHERE x.n > 0;
-    ELSE
-        -- TRUNCATE: one row for the whole table, no key, no values.
-        INSERT INTO agentdb_private.change_log OVERRIDING SYSTEM VALUE
-        SELECT (x.c).id, (x.c).table_oid, (x.c).table_name, (x.c).op, (x.c).key, (x.c).old_row,
-               (x.c).new_row, (x.c).txid, (x.c).task_id, (x.c).seq, (x.c).db_role, (x.c).at,
-               (x.c).chain_stripe, (x.c).chain_seq,
-               sha256(v_tail.last_hash || agentdb_private.chain_content(to_jsonb(x.c)))
-          FROM (SELECT ROW(
-                    nextval('agentdb_private.change_log_id_seq'::regclass), v_oid, v_name, 'TRUNCATE',
-                    NULL, NULL, NULL, v_txid, v_task, v_seq, session_user, v_at,
-                    v_tail.stripe, v_tail.last_seq + 1, NULL)::agentdb_private.change_log AS c) AS x;
     END IF;
     RETURN NULL;
 END

@@ -140,8 +140,11 @@ BEGIN
                 INTO v_snap, v_count, v_sum;
         ELSE
             EXECUTE format(
-                'WITH r AS (INSERT INTO agentdb_private.snapshot_rows (snapshot_id, table_oid, key, row_hash, row_data) '
-                || 'SELECT $1, $2, %s, %s, to_jsonb(t) FROM %s AS t RETURNING row_hash) '
+                'WITH r AS (INSERT INTO agentdb_private.snapshot_rows '
+                || '(snapshot_id, table_oid, key_hash, row_hash, key, row_data) '
+                || 'SELECT $1, $2, jsonb_hash_extended(k.key, 0), k.row_hash, k.key, k.row_data '
+                || 'FROM (SELECT %s AS key, %s AS row_hash, to_jsonb(t) AS row_data FROM %s AS t) AS k '
+                || 'RETURNING row_hash) '
                 || 'SELECT pg_current_snapshot(), count(*), coalesce(sum(r.row_hash), 0) FROM r',
                 agentdb_private.row_key_sql(v_keys, 't'), agentdb_private.row_hash_sql(v_table, 't'), v_table)
                 INTO v_snap, v_count, v_sum USING v_id, v_table::oid;
@@ -200,15 +203,32 @@ BEGIN
     END IF;
 
     IF p_a.mode = 'rows' AND p_b.mode = 'rows' THEN
-        -- Both snapshots hold the rows: compare them by key, hash first.
+        -- Both snapshots hold the rows. First the (key hash, row hash) pairs
+        -- found on one side only, a narrow join; then only those rows, paired
+        -- by their actual key.
+        WITH odd AS (
+            SELECT coalesce(ra.key_hash, rb.key_hash) AS key_hash
+              FROM (SELECT r.key_hash, r.row_hash FROM agentdb_private.snapshot_rows AS r
+                     WHERE r.snapshot_id = p_a.snapshot_id AND r.table_oid = p_a.table_oid) AS ra
+              FULL JOIN (SELECT r.key_hash, r.row_hash FROM agentdb_private.snapshot_rows AS r
+                          WHERE r.snapshot_id = p_b.snapshot_id AND r.table_oid = p_b.table_oid) AS rb
+                ON ra.key_hash = rb.key_hash AND ra.row_hash = rb.row_hash
+             WHERE ra.key_hash IS NULL OR rb.key_hash IS NULL
+        ),
+        ra AS (
+            SELECT r.key, r.row_data FROM agentdb_private.snapshot_rows AS r
+             WHERE r.snapshot_id = p_a.snapshot_id AND r.table_oid = p_a.table_oid
+               AND r.key_hash IN (SELECT odd.key_hash FROM odd)
+        ),
+        rb AS (
+            SELECT r.key, r.row_data FROM agentdb_private.snapshot_rows AS r
+             WHERE r.snapshot_id = p_b.snapshot_id AND r.table_oid = p_b.table_oid
+               AND r.key_hash IN (SELECT odd.key_hash FROM odd)
+        )
         SELECT coalesce(jsonb_agg(jsonb_build_object('k', coalesce(ra.key, rb.key), 'b', ra.row_data, 'a', rb.row_data)), '[]')
           INTO v_net
-          FROM (SELECT r.key, r.row_hash, r.row_data FROM agentdb_private.snapshot_rows AS r
-                 WHERE r.snapshot_id = p_a.snapshot_id AND r.table_oid = p_a.table_oid) AS ra
-          FULL JOIN (SELECT r.key, r.row_hash, r.row_data FROM agentdb_private.snapshot_rows AS r
-                      WHERE r.snapshot_id = p_b.snapshot_id AND r.table_oid = p_b.table_oid) AS rb
-            ON ra.key = rb.key
-         WHERE ra.row_hash IS DISTINCT FROM rb.row_hash;
+          FROM ra FULL JOIN rb ON ra.key = rb.key
+         WHERE ra.row_data IS DISTINCT FROM rb.row_data;
     ELSE
         -- The change log between the two snapshots, net per key: the value
         -- before the first change and after the last (NULL: no such row).
@@ -350,7 +370,10 @@ LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH gone AS (
+    WITH rows_gone AS (
+        DELETE FROM agentdb_private.snapshot_rows AS r WHERE r.snapshot_id = forget_snapshot.snapshot
+    ),
+    gone AS (
         DELETE FROM agentdb_private.snapshots AS s WHERE s.id = forget_snapshot.snapshot RETURNING 1
     )
     SELECT count(*) > 0 FROM gone

@@ -89,13 +89,15 @@ CREATE TABLE agentdb_private.snapshot_tables (
     CONSTRAINT snapshot_tables_mode_check CHECK (mode IN ('log', 'rows'))
 );
 
+-- Bulk data (a row per table row): no foreign key (agentdb.forget_snapshot
+-- deletes the rows), and a BRIN index, as snapshot ids only grow.
 CREATE TABLE agentdb_private.snapshot_rows (
     snapshot_id bigint NOT NULL,
     table_oid oid NOT NULL,
-    key jsonb NOT NULL,
+    key_hash bigint NOT NULL,
     row_hash bigint NOT NULL,
-    row_data jsonb NOT NULL,
-    FOREIGN KEY (snapshot_id) REFERENCES agentdb_private.snapshots (id) ON DELETE CASCADE
+    key jsonb NOT NULL,
+    row_data jsonb NOT NULL
 );
 
-CREATE INDEX snapshot_rows_table_idx ON agentdb_private.snapshot_rows (snapshot_id, table_oid);
+CREATE INDEX snapshot_rows_snapshot_brin ON agentdb_private.snapshot_rows USING brin (snapshot_id);
