@@ -6,7 +6,7 @@ import psycopg
 
 from . import install
 
-ROLES = ("agentdb_app", "agentdb_agent", "agentdb_auditor")
+ROLES = ("agentdb_app", "agentdb_agent", "agentdb_auditor", "agentdb_sql_writer")
 
 
 def _count(conn: psycopg.Connection, relation: str, where: str = "") -> int | None:

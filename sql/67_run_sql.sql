@@ -361,7 +361,13 @@ BEGIN
         END || jsonb_build_object('sql_action', v_action);
     END;
 
-    -- 2. The plan must be one plain write of one enabled table.
+    -- 2. The plan must be one plain write of one enabled table (a rule on the
+    -- table can turn one statement into several plans).
+    IF jsonb_array_length(v_plan) <> 1 THEN
+        RETURN agentdb_private.not_done('refused', 'sql_not_simple',
+            format('the statement became %s statements (a rule on the table)', jsonb_array_length(v_plan)))
+            || jsonb_build_object('sql_action', v_action);
+    END IF;
     v_root := v_plan -> 0 -> 'Plan';
     IF v_root ->> 'Node Type' IS DISTINCT FROM 'ModifyTable'
             OR lower(v_root ->> 'Operation') IS DISTINCT FROM v_action THEN
@@ -626,7 +632,8 @@ $$;
 CREATE OR REPLACE FUNCTION agentdb.run_sql(
     task uuid,
     statement text,
-    expect_rows integer,
+    -- Required; the default only turns a missing value into a recorded refusal.
+    expect_rows integer DEFAULT NULL,
     call_id text DEFAULT NULL,
     reason text DEFAULT NULL
 )
@@ -645,7 +652,7 @@ $$;
 CREATE OR REPLACE FUNCTION agentdb.record_sql_refusal(
     task uuid,
     statement text,
-    refusal text,
+    refusal text DEFAULT NULL,
     call_id text DEFAULT NULL,
     reason text DEFAULT NULL,
     expect_rows integer DEFAULT NULL

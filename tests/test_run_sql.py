@@ -126,6 +126,33 @@ def test_insert_on_conflict_do_nothing_counts_only_inserted_rows(sqldb):
     assert stock(sqldb) == {"a": 10, "b": 20, "c": 30, "d": 4}
 
 
+def test_returning_is_accepted_and_discarded(sqldb):
+    receipt = run(sqldb, begin(sqldb), "UPDATE stock SET qty = 5 WHERE sku = 'a' RETURNING sku, qty", 1)
+    check_recorded(sqldb, receipt, outcome="success")
+    assert receipt["row"] == {"sku": "a", "qty": 5}  # read back from the change log, not RETURNING
+
+
+def test_a_rule_that_adds_a_statement_is_refused(sqldb):
+    sqldb.execute("CREATE RULE also_log AS ON UPDATE TO public.stock DO ALSO "
+                  "INSERT INTO public.secrets VALUES (50, 'via rule')")
+    receipt = run(sqldb, begin(sqldb), "UPDATE stock SET qty = 5 WHERE sku = 'a'", 1)
+    check_recorded(sqldb, receipt, outcome="refused", refusal="sql_not_simple")
+    assert stock(sqldb)["a"] == 10 and scalar(sqldb, "SELECT count(*) FROM public.secrets") == 1
+
+
+def test_exit_gate_counts_sql_steps(sqldb):
+    client = Client(sqldb)
+    done = begin(sqldb)
+    run(sqldb, done, "UPDATE notes SET done = true WHERE id = 1", 1)
+    verdict = client.finalize_reply(done, "Done, I've updated it.",
+                                    claims=[{"kind": "update"}])
+    assert verdict.verdict == "deliver"
+    lied = begin(sqldb)
+    run(sqldb, lied, "UPDATE notes SET done = true WHERE id = 3", 1)  # someone else's row: 0 rows
+    verdict = client.finalize_reply(lied, "Done, I've updated it.", claims=[{"kind": "update"}])
+    assert verdict.replaced and "updated it" not in verdict.text
+
+
 # --- the row count ---------------------------------------------------------------------------
 
 
@@ -647,3 +674,13 @@ def test_agent_cannot_write_an_enabled_table_around_run_sql(sqldb, role_connect)
         agent.execute("UPDATE public.stock SET qty = 0 WHERE sku = 'a'")
     sqldb.execute("REVOKE ALL ON public.stock FROM agentdb_agent")
     assert stock(sqldb)["a"] == 10
+
+
+def test_missing_arguments_are_recorded_refusals(sqldb, role_connect):
+    agent = role_connect("agentdb_agent")
+    task = begin(sqldb)
+    receipt = scalar(agent, "SELECT agentdb.run_sql(%s, %s)", (task, "DELETE FROM stock WHERE sku = 'a'"))
+    check_recorded(sqldb, receipt, outcome="invalid", refusal="expect_rows_required")
+    receipt = scalar(agent, "SELECT agentdb.record_sql_refusal(%s, %s)", (task, "DROP TABLE stock"))
+    check_recorded(sqldb, receipt, outcome="refused", refusal="sql_guard")
+    assert stock(sqldb) == {"a": 10, "b": 20, "c": 30}
