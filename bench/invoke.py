@@ -569,6 +569,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one-way-ms", type=float, default=0.0, metavar="MS",
                     help="put a proxy between client and server that delays each direction by MS "
                          "(simulates a network; the benchmark connection only)")
+    ap.add_argument("--synchronous-commit", choices=["on", "off"],
+                    help="SET synchronous_commit for the benchmark session (default: the server's); "
+                         "off takes the WAL flush out of every commit, for all workloads alike")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="afterwards, profile N invokes (track_functions, auto_explain)")
     ap.add_argument("--json", nargs="?", const="-", metavar="FILE",
@@ -589,6 +592,8 @@ def main(argv: list[str] | None = None) -> int:
             prepare(setup, args.bulk)
         bench_dsn, proxy = (proxied_dsn(dsn, args.one_way_ms) if args.one_way_ms > 0 else (dsn, None))
         with psycopg.connect(bench_dsn, autocommit=True) as conn:
+            if args.synchronous_commit:
+                conn.execute(f"SET synchronous_commit = {args.synchronous_commit}")
             rtt = statistics.median(_select1(conn) for _ in range(200))
             w = Workloads(conn, args.tool, args.calls_per_task, args.bulk_rows)
             names = ["raw", "app", "invoke"] + (["raw_bulk", "invoke_bulk"] if args.bulk else [])
@@ -604,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
                 },
                 "params": {k: getattr(args, k) for k in
                            ("n", "rounds", "chunk", "warmup", "tool", "calls_per_task", "bulk",
-                            "bulk_rows", "bulk_n")},
+                            "bulk_rows", "bulk_n", "one_way_ms", "synchronous_commit")},
                 "rounds": results,
                 "summary": summarise(results),
                 "rows_in_reminders_at_end": conn.execute(
