@@ -224,7 +224,7 @@ class Workloads:
 
 # ---------------------------------------------------------------------------- setup
 
-def prepare(conn: psycopg.Connection, bulk: bool) -> None:
+def prepare(conn: psycopg.Connection, bulk: bool, unwatch: bool = False) -> None:
     conn.autocommit = True
     examples.install_reminders(conn)
     conn.execute(APP_AUDIT_SQL)
@@ -233,6 +233,11 @@ def prepare(conn: psycopg.Connection, bulk: bool) -> None:
     # The same insert tool without dedup columns, to isolate the cost of the duplicate check.
     conn.execute(PLAIN_TOOL_SQL)
     conn.execute("SELECT agentdb.grant_permission(%s, 'WRITE')", (BENCH_USER,))
+    if unwatch:  # registering a tool watches its table (change log) where the ledger exists
+        for table in ("public.reminders", "public.bench_items"):
+            if conn.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regprocedure("
+                            "'agentdb.unwatch(regclass)') IS NOT NULL", (table,)).fetchone()[0]:
+                conn.execute("SELECT agentdb.unwatch(%s)", (table,))
 
 
 def facts(conn: psycopg.Connection, dsn: str, embedded: bool) -> dict:
@@ -511,6 +516,7 @@ def print_report(report: dict) -> None:
     print(f"  PostgreSQL {f['server_version']} ({f['server']}, {f['transport']}), nproc {f['nproc']}, "
           f"fsync={f['fsync']}, synchronous_commit={f['synchronous_commit']}, "
           f"wal_sync_method={f['wal_sync_method']}, jit={f['jit']}")
+    print(f"  public.reminders watched by the ledger (change log): {f.get('reminders_watched')}")
     print(f"  round trip (SELECT 1 p50) {f['select1_p50_ms']:.3f} ms"
           + (f", with {f['one_way_delay_ms']} ms added each way by a proxy" if f["one_way_delay_ms"] else ""))
     print(f"  git {f['git_commit']}, sql/ sha256 {f['sql_sha256']}, load average at the end "
@@ -572,6 +578,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--synchronous-commit", choices=["on", "off"],
                     help="SET synchronous_commit for the benchmark session (default: the server's); "
                          "off takes the WAL flush out of every commit, for all workloads alike")
+    ap.add_argument("--unwatch", action="store_true",
+                    help="remove the ledger's change-log triggers from the benchmark tables first "
+                         "(they slow raw and invoke writes alike)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="afterwards, profile N invokes (track_functions, auto_explain)")
     ap.add_argument("--json", nargs="?", const="-", metavar="FILE",
@@ -589,7 +598,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         install.upgrade(dsn)
         with psycopg.connect(dsn, autocommit=True) as setup:
-            prepare(setup, args.bulk)
+            prepare(setup, args.bulk, args.unwatch)
+            watched = setup.execute(
+                "SELECT to_regclass('agentdb.watched') IS NOT NULL AND EXISTS (SELECT 1 FROM "
+                "pg_trigger WHERE tgrelid = 'public.reminders'::regclass AND tgname LIKE 'agentdb_watch%')"
+            ).fetchone()[0]
         bench_dsn, proxy = (proxied_dsn(dsn, args.one_way_ms) if args.one_way_ms > 0 else (dsn, None))
         with psycopg.connect(bench_dsn, autocommit=True) as conn:
             if args.synchronous_commit:
@@ -605,11 +618,12 @@ def main(argv: list[str] | None = None) -> int:
             report = {
                 "facts": facts(conn, dsn, embedded) | {
                     "one_way_delay_ms": args.one_way_ms,
+                    "reminders_watched": watched,
                     "select1_p50_ms": rtt,
                 },
                 "params": {k: getattr(args, k) for k in
                            ("n", "rounds", "chunk", "warmup", "tool", "calls_per_task", "bulk",
-                            "bulk_rows", "bulk_n", "one_way_ms", "synchronous_commit")},
+                            "bulk_rows", "bulk_n", "one_way_ms", "synchronous_commit", "unwatch")},
                 "rounds": results,
                 "summary": summarise(results),
                 "rows_in_reminders_at_end": conn.execute(
