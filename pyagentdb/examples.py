@@ -9,6 +9,8 @@ CREATE TABLE IF NOT EXISTS public.reminders (
     done boolean NOT NULL DEFAULT false,
     version bigint NOT NULL DEFAULT 1
 );
+-- Serves the duplicate check (owner + time) and the user's own listing.
+CREATE INDEX IF NOT EXISTS reminders_owner_time_idx ON public.reminders (user_id, remind_at);
 COMMENT ON COLUMN public.reminders.content IS '提醒内容 / what to be reminded of';
 COMMENT ON COLUMN public.reminders.remind_at IS '提醒时间 / when to remind';
 

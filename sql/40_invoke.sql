@@ -354,7 +354,17 @@ BEGIN
         v_sql := format(
             'SELECT to_jsonb(t) FROM %s AS t, jsonb_populate_record(NULL::%s, $1) AS r WHERE %s %s LIMIT 1',
             v_target, v_target,
-            (SELECT string_agg(format('NOT (%s)', agentdb_private.differs_sql(d, (v_types ->> d)::oid, 't', 'r')), ' AND ')
+            -- Written so an index on (owner, dedup columns) can serve it: '=' for a value,
+            -- IS NULL for a NULL, and "within one second" as a range for timestamps.
+            (SELECT string_agg(CASE
+                        WHEN v_args -> d IS NULL OR jsonb_typeof(v_args -> d) = 'null'
+                            THEN format('t.%I IS NULL', d)
+                        WHEN (v_types ->> d)::oid IN ('timestamptz'::regtype, 'timestamp'::regtype)
+                            THEN format('t.%1$I > r.%1$I - interval ''1 second'' AND t.%1$I < r.%1$I + interval ''1 second''', d)
+                        WHEN (v_types ->> d)::oid = 'json'::regtype
+                            THEN format('t.%1$I::jsonb = r.%1$I::jsonb', d)
+                        ELSE format('t.%1$I = r.%1$I', d)
+                    END, ' AND ')
                FROM unnest(p_tool.dedup_columns) AS d),
             CASE WHEN v_owner IS NULL THEN '' ELSE format('AND t.%1$I = r.%1$I', v_owner) END);
         EXECUTE v_sql INTO v_row USING v_args;
@@ -469,7 +479,8 @@ BEGIN
 
             -- Read back by key, in the same transaction, and compare.
             IF p_tool.action = 'delete' THEN
-                EXECUTE format('SELECT count(*)::int FROM %s AS t, jsonb_populate_recordset(NULL::%s, $1) AS r WHERE %s',
+                EXECUTE format('SELECT count(*)::int FROM jsonb_populate_recordset(NULL::%s, $1) AS r '
+                    || 'CROSS JOIN LATERAL (SELECT 1 FROM %s AS t WHERE %s OFFSET 0) AS t',
                     v_target, v_target, agentdb_private.match_sql(v_keys, 'r'))
                     INTO v_left USING v_rows;
                 IF v_left > 0 THEN
@@ -484,7 +495,10 @@ BEGIN
                 EXECUTE format(
                     'SELECT count(*)::int, jsonb_agg(to_jsonb(t)), string_agg(%s, chr(31)) '
                     || 'FROM jsonb_populate_recordset(NULL::%s, $1) AS k '
-                    || 'JOIN %s AS t ON %s CROSS JOIN jsonb_populate_record(NULL::%s, $2) AS r',
+                    -- LATERAL ... OFFSET 0: one key probe per written row, whatever the
+                    -- planner guesses for the recordset (it guesses 100 rows and may scan).
+                    || 'CROSS JOIN LATERAL (SELECT * FROM %s AS t WHERE %s OFFSET 0) AS t '
+                    || 'CROSS JOIN jsonb_populate_record(NULL::%s, $2) AS r',
                     agentdb_private.mismatch_sql(v_compare, v_types),
                     v_target, v_target, agentdb_private.match_sql(v_keys, 'k'), v_target)
                     INTO v_left, v_readback, v_msg USING v_rows, v_set;
