@@ -162,15 +162,16 @@ BEGIN
 END
 $$;
 
--- The changed columns between two row values, in table order.
-CREATE OR REPLACE FUNCTION agentdb_private.changed_columns(p_table oid, p_before jsonb, p_after jsonb)
+DROP FUNCTION IF EXISTS agentdb_private.changed_columns(oid, jsonb, jsonb);
+
+-- The changed columns between two row values, in the order of p_cols (the
+-- table's columns), then any others by name.
+CREATE OR REPLACE FUNCTION agentdb_private.changed_columns(p_cols text[], p_before jsonb, p_after jsonb)
 RETURNS jsonb
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE
 AS $$
-    SELECT coalesce(jsonb_agg(k ORDER BY a.attnum NULLS LAST, k), '[]')
-      FROM jsonb_object_keys(p_before || p_after) AS k
-      LEFT JOIN pg_catalog.pg_attribute AS a ON a.attrelid = p_table AND a.attname = k AND NOT a.attisdropped
+    SELECT coalesce(pg_catalog.jsonb_agg(k ORDER BY pg_catalog.array_position(p_cols, k) NULLS LAST, k), '[]')
+      FROM pg_catalog.jsonb_object_keys(p_before || p_after) AS k
      WHERE (p_before -> k) IS DISTINCT FROM (p_after -> k)
 $$;
 
@@ -197,6 +198,9 @@ DECLARE
     v_sum_after numeric;
     v_sum_before numeric;
     v_exists boolean := EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c WHERE c.oid = p_b.table_oid);
+    v_cols text [] := ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute AS a
+                             WHERE a.attrelid = p_b.table_oid AND a.attnum > 0 AND NOT a.attisdropped
+                             ORDER BY a.attnum);
 BEGIN
     IF p_a.row_count = p_b.row_count AND p_a.checksum = p_b.checksum THEN
         RETURN NULL;
@@ -299,7 +303,7 @@ BEGIN
                         FILTER (WHERE jsonb_typeof(n.value -> 'a') <> 'object'), '[]'),
            coalesce(jsonb_agg(jsonb_build_object(
                         'key', n.value -> 'k',
-                        'columns', agentdb_private.changed_columns(p_b.table_oid, n.value -> 'b', n.value -> 'a'),
+                        'columns', agentdb_private.changed_columns(v_cols, n.value -> 'b', n.value -> 'a'),
                         'before', n.value -> 'b',
                         'after', n.value -> 'a') ORDER BY (n.value -> 'k')::text)
                         FILTER (WHERE jsonb_typeof(n.value -> 'a') = 'object'
