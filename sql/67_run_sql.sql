@@ -52,7 +52,8 @@ BEGIN
     LOOP
         v := ltrim(v, E' \t\r\n\f\v');
         IF left(v, 2) = '--' THEN
-            v_pos := strpos(v, E'\n');
+            -- As the server's lexer: a line comment ends at \n or \r.
+            v_pos := coalesce(least(nullif(strpos(v, E'\n'), 0), nullif(strpos(v, E'\r'), 0)), 0);
             v := CASE WHEN v_pos = 0 THEN '' ELSE substr(v, v_pos + 1) END;
         ELSIF left(v, 2) = '/*' THEN
             v_depth := 1;

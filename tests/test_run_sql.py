@@ -238,6 +238,19 @@ def test_database_refuses_without_the_python_guard(sqldb, role_connect, statemen
     assert len(notes(sqldb)) == 3
 
 
+@pytest.mark.parametrize("text", [
+    "-- x\rEXECUTE p -- \ndelete",          # a line comment ends at \r for the server too
+    "/* /* */ UPDATE */ EXECUTE p",
+    "EXECUTE p",
+])
+def test_a_prepared_statement_cannot_stand_in(sqldb, role_connect, text):
+    agent = role_connect("agentdb_agent")
+    agent.execute("PREPARE p AS DELETE FROM public.stock WHERE qty > 0")
+    receipt = run(agent, begin(sqldb), text, 3)
+    check_recorded(sqldb, receipt, outcome="refused", refusal="sql_not_dml")
+    assert len(stock(sqldb)) == 3
+
+
 def test_function_side_effect_on_another_table_is_undone(sqldb):
     # A function the DBA made and PUBLIC may call, that writes elsewhere: the plan cannot
     # see inside it, the transaction's statistics can.
@@ -479,6 +492,10 @@ def test_writer_role_holds_only_the_enabled_tables(sqldb):
     assert not any(role.values())
     assert scalar(sqldb, "SELECT count(*) FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.roleid "
                          "WHERE m.member = 'agentdb_sql_writer'::regrole") == 0
+    # Only the installer may become the writer (it owns the functions that switch to it).
+    members = [r["m"] for r in rows(sqldb, "SELECT m.member::regrole::text AS m FROM pg_auth_members m "
+                                           "WHERE m.roleid = 'agentdb_sql_writer'::regrole")]
+    assert set(members) <= {scalar(sqldb, "SELECT current_user")}  # none for a superuser installer
     writable = [r["rel"] for r in rows(sqldb, """
         SELECT c.oid::regclass::text AS rel FROM pg_class AS c
           JOIN pg_namespace AS n ON n.oid = c.relnamespace
