@@ -34,6 +34,7 @@ import os
 import platform
 import random
 import shutil
+import signal
 import string
 import subprocess
 import sys
@@ -248,6 +249,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="where to write the JSON (default bench/results/soak-<date>.json)")
     p.add_argument("--json", action="store_true", help="print the JSON instead of the summary")
     args = p.parse_args(argv)
+    # SIGTERM (kill, timeout) unwinds like Ctrl-C: the scratch database and the server are removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     own = None if args.dsn else OwnServer()
     admin_dsn = args.dsn or own.uri()

@@ -199,6 +199,11 @@ BEGIN
             WHEN v_draft.shown_in_task IS NULL THEN 'draft_not_shown'
             WHEN v_shown_task.created_at >= v_task.created_at THEN 'draft_same_turn'
             WHEN v_draft.args_hash <> agentdb_private.args_hash(v_draft.args) THEN 'draft_tampered'
+            -- A step under this draft's call_id that confirm did not make (the draft is still
+            -- proposed) was planted, e.g. by run_sql: confirm would replay it as the draft's write.
+            WHEN EXISTS (SELECT 1 FROM agentdb_private.steps AS s
+                          WHERE s.task_id = v_task.id AND s.call_id = 'draft:' || v_draft.id::text)
+                THEN 'draft_tampered'
             WHEN v_tool.name IS NULL THEN 'unknown_tool'
         END;
         IF v_refusal = 'draft_superseded' THEN

@@ -143,14 +143,26 @@ def reconcile(conn: psycopg.Connection, *, reap: bool = True, allow_direct: bool
             n = cur.execute(f"SELECT count(*) AS n FROM {tgt['name']} AS t").fetchone()["n"]
             total_rows += n
             out.counts[f"rows:{tgt['name']}"] = n
-            # A row whose key no verified insert step returned was written outside invoke.
+            # A row whose key no verified insert step returned (in its receipt, or as a logged
+            # INSERT of a verified step: run_sql) was written outside invoke. Set-based: a hashed
+            # anti-join, so it stays linear in rows + steps.
+            logged_inserts = """
+                UNION ALL
+                SELECT c.key FROM agentdb_private.change_log AS c
+                  JOIN agentdb_private.steps AS s2 ON s2.task_id = c.task_id AND s2.seq = c.seq
+                 WHERE c.table_oid = %(oid)s AND c.op = 'INSERT' AND s2.outcome = 'success' AND s2.verified
+            """ if ledger else ""
             orphan = _rows(cur, f"""
-                SELECT {key_expr} AS key FROM {tgt['name']} AS t
-                 WHERE NOT EXISTS (
-                    SELECT 1 FROM agentdb_private.steps AS s
+                WITH ins AS (
+                    SELECT s.receipt -> 'key' AS key FROM agentdb_private.steps AS s
                       JOIN agentdb_private.tools AS tl ON tl.name = s.tool
-                     WHERE tl.target::oid = %s AND s.action = 'insert' AND s.outcome = 'success'
-                       AND s.verified AND s.receipt -> 'key' = {key_expr})""", (tgt["oid"],))
+                     WHERE tl.target::oid = %(oid)s AND s.action = 'insert' AND s.outcome = 'success'
+                       AND s.verified
+                    {logged_inserts}
+                )
+                SELECT {key_expr} AS key FROM {tgt['name']} AS t
+                 WHERE {key_expr} NOT IN (SELECT ins.key FROM ins WHERE ins.key IS NOT NULL)""",
+                           {"oid": tgt["oid"]})
             if not allow_direct:
                 problem(f"row of {tgt['name']} with no verified insert step", orphan)
             # A key a verified single-row delete removed must be gone (unless inserted again).
@@ -264,22 +276,29 @@ def reconcile(conn: psycopg.Connection, *, reap: bool = True, allow_direct: bool
                                        WHERE l.task_id = s.task_id AND l.seq = s.seq)
                AND EXISTS (SELECT 1 FROM agentdb_private.watched AS w
                             WHERE w.table_oid = tl.target::oid AND w.watched_at < s.started_at)"""))
-        for row in _rows(cur, backing + " AND s.action = 'insert'"):
-            name = cur.execute("SELECT %s::regclass::text AS n", (row["target"],)).fetchone()["n"]
-            key = row["key"] or {}
-            cond = " AND ".join(f"t.{psycopg.sql.Identifier(k).as_string(cur)}::text = %s" for k in key)
-            values = [v if isinstance(v, str) else str(v) for v in key.values()]
-            present = cur.execute(f"SELECT count(*) AS n FROM {name} AS t WHERE {cond or 'false'}",
-                                  values).fetchone()["n"]
-            deleted = cur.execute("""
-                SELECT count(*) AS n FROM agentdb_private.steps AS d
-                  JOIN agentdb_private.tools AS tl ON tl.name = d.tool AND tl.target::oid = %s
-                 WHERE d.action = 'delete' AND d.outcome = 'success' AND d.verified
-                   AND (d.receipt -> 'key' = %s::jsonb OR d.receipt -> 'key' IS NULL)""",
-                                  (row["target"], json.dumps(key))).fetchone()["n"]
-            if not present and not deleted:
-                out.problems.append(f"claim {row['kind']} of task {row['task_id']} backed by step "
-                                    f"{row['step_id']} whose row {key} is not there and was never deleted")
+        # A created row a delivered claim relies on is still there, or a verified delete removed it
+        # (a single-row delete by key, a bulk delete, or a logged DELETE by a verified step).
+        for tgt in targets:
+            key_expr = _key_expr(cur, tgt["keys"])
+            if ledger:  # every delete, single or bulk, is logged row by row with its step
+                gone_sql = """
+                    SELECT c.key FROM agentdb_private.change_log AS c
+                      JOIN agentdb_private.steps AS s3 ON s3.task_id = c.task_id AND s3.seq = c.seq
+                     WHERE c.table_oid = %(oid)s AND c.op = 'DELETE'
+                       AND s3.outcome = 'success' AND s3.verified"""
+            else:  # receipts name the key of a single-row delete; a bulk delete (NULL key) may be any
+                gone_sql = """
+                    SELECT d.receipt -> 'key' AS key FROM agentdb_private.steps AS d
+                      JOIN agentdb_private.tools AS tl ON tl.name = d.tool AND tl.target::oid = %(oid)s
+                     WHERE d.action = 'delete' AND d.outcome = 'success' AND d.verified"""
+            problem(f"claim backed by an insert into {tgt['name']} whose row is not there "
+                    "and was never deleted", _rows(cur, f"""
+                WITH backed AS ({backing} AND s.action = 'insert' AND tl.target::oid = %(oid)s),
+                gone AS ({gone_sql})
+                SELECT b.task_id, b.kind, b.step_id, b.key FROM backed AS b
+                 WHERE b.key NOT IN (SELECT {key_expr} FROM {tgt['name']} AS t)
+                   AND b.key NOT IN (SELECT gone.key FROM gone WHERE gone.key IS NOT NULL)
+                   AND NOT EXISTS (SELECT 1 FROM gone WHERE gone.key IS NULL)""", {"oid": tgt["oid"]}))
 
         # I7: drafts and actions run at most once.
         problem("draft with more than one verified step", _rows(cur, """
@@ -294,22 +313,23 @@ def reconcile(conn: psycopg.Connection, *, reap: bool = True, allow_direct: bool
                     OR s.call_id IS DISTINCT FROM 'draft:' || d.id::text OR s.task_id <> d.closed_in_task
                     OR s.tool <> d.tool OR s.args IS DISTINCT FROM d.args)"""))
         problem("draft that ran but is not marked confirmed", _rows(cur, """
+            WITH ran AS (
+                SELECT s.call_id, s.tool FROM agentdb_private.steps AS s
+                 WHERE s.call_id LIKE 'draft:%%' AND s.outcome = 'success' AND s.verified)
             SELECT d.id, d.status FROM agentdb_private.drafts AS d
-             WHERE d.status <> 'confirmed' AND EXISTS (
-                SELECT 1 FROM agentdb_private.steps AS s WHERE s.call_id = 'draft:' || d.id::text
-                   AND s.outcome = 'success' AND s.verified AND s.tool = d.tool)"""))
+              JOIN ran ON ran.call_id = 'draft:' || d.id::text AND ran.tool = d.tool
+             WHERE d.status <> 'confirmed'"""))
         problem("action run more than once", _rows(cur, """
             SELECT s.call_id, count(*) AS n FROM agentdb_private.steps AS s
              WHERE s.call_id LIKE 'action:%%' AND s.outcome = 'success' AND s.verified
              GROUP BY s.call_id HAVING count(*) > 1"""))
         problem("action whose status disagrees with its steps", _rows(cur, """
-            SELECT a.id, a.status, (SELECT count(*) FROM agentdb_private.steps AS s
-                                     WHERE s.call_id = 'action:' || a.id AND s.outcome = 'success'
-                                       AND s.verified) AS ran
-              FROM agentdb_private.actions AS a
-             WHERE (a.status = 'done') <> EXISTS (
-                    SELECT 1 FROM agentdb_private.steps AS s WHERE s.call_id = 'action:' || a.id
-                       AND s.outcome = 'success' AND s.verified)"""))
+            WITH ran AS (
+                SELECT DISTINCT s.call_id FROM agentdb_private.steps AS s
+                 WHERE s.call_id LIKE 'action:%%' AND s.outcome = 'success' AND s.verified)
+            SELECT a.id, a.status, ran.call_id IS NOT NULL AS ran FROM agentdb_private.actions AS a
+              LEFT JOIN ran ON ran.call_id = 'action:' || a.id
+             WHERE (a.status = 'done') <> (ran.call_id IS NOT NULL)"""))
 
         # I8: the hash chains (agentdb.verify_chain lists every broken link; none when it holds).
         if _has_function(cur, "agentdb.verify_chain"):

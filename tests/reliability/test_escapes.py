@@ -39,6 +39,8 @@ class Scene:
     d2: str          # u2's draft, shown (conversation c2)
     a1: int          # u1's pending action
     ledger: bool
+    d3: str = ""     # another of u1's drafts, shown (conversation c1)
+    run_sql: bool = False
 
     def connect(self, group: str = "agentdb_agent") -> psycopg.Connection:
         user, password = self.roles[group]
@@ -75,6 +77,9 @@ def scene(reminders, ledger, login_role, dsn) -> Scene:
     d2 = db.execute("SELECT agentdb.propose(%s, 'book_reminder', %s::jsonb)",
                     (setup2, json.dumps({"content": "their booking",
                                          "remind_at": FAR}))).fetchone()[0]["draft_id"]
+    d3 = db.execute("SELECT agentdb.propose(%s, 'book_reminder', %s::jsonb)",
+                    (setup1, json.dumps({"content": "my other booking",
+                                         "remind_at": FAR}))).fetchone()[0]["draft_id"]
     a1 = db.execute("SELECT agentdb.request_approval(%s, 'add_reminder', %s::jsonb)",
                     (setup1, json.dumps({"content": "needs approval",
                                          "remind_at": FAR}))).fetchone()[0]["action_id"]
@@ -83,7 +88,10 @@ def scene(reminders, ledger, login_role, dsn) -> Scene:
         db.execute("SELECT agentdb.finish_task(%s)", (t,))
     time.sleep(0.002)
     t1, t2 = _begin(db, "u1", "c1"), _begin(db, "u2", "c2")
-    return Scene(db, dsn, roles, t1, t2, r1, r2, d1, d2, a1, ledger)
+    run_sql = db.execute("SELECT to_regproc('agentdb.run_sql') IS NOT NULL").fetchone()[0]
+    if run_sql:
+        db.execute("SELECT agentdb.allow_sql('public.reminders', owner_column => 'user_id')")
+    return Scene(db, dsn, roles, t1, t2, r1, r2, d1, d2, a1, ledger, d3, run_sql)
 
 
 STATE_SQL = {
@@ -323,13 +331,44 @@ def attempts() -> list[Attempt]:
           escaped=refusal_only),
         A("drafts", "pre-seed the draft's internal call_id with another tool, then confirm", agent,
           receipt_of(lambda s, c: _forged_draft_call(s, c)), may_change=AUDITED + ("all_rows", "drafts"),
-          escaped=lambda s, seen: _draft_confirmed_without_its_write(s)),
+          escaped=lambda s, seen: _draft_confirmed_without_its_write(s, s.d1, "my booking")),
         A("actions", "app approves for a user who is not an approver", "agentdb_app",
           receipt_of(lambda s, c: c.execute("SELECT agentdb.approve(%s, 'mallory')", (s.a1,)).fetchone()[0]),
           may_change=("audit",), escaped=refusal_only),
         A("actions", "NOTIFY agentdb_actions (wake the worker)", agent,
           lambda s, c: (c.execute(f"NOTIFY agentdb_actions, {psycopg.sql.quote(str(s.a1))}"), "sent")[1],
           by_design=True),
+        # -- agent-written SQL (agentdb.run_sql, when installed) ---------------------------------------
+        A("run_sql", "run_sql writes agentdb_private.audit", agent,
+          receipt_of(lambda s, c: _run_sql(s, c, "INSERT INTO agentdb_private.audit (status, outcome) "
+                                                 "VALUES ('SUCCESS', 'x')")),
+          may_change=AUDITED, escaped=refusal_only),
+        A("run_sql", "run_sql updates another user's row (row-level security)", agent,
+          receipt_of(lambda s, c: _run_sql(s, c, "UPDATE public.reminders SET content = 'pwned' "
+                                                 f"WHERE id = {s.r2}")),
+          may_change=AUDITED, escaped=refusal_only),
+        A("run_sql", "run_sql inserts a row owned by another user", agent,
+          receipt_of(lambda s, c: _run_sql(s, c, "INSERT INTO public.reminders (user_id, content, remind_at) "
+                                                 "VALUES ('u2', 'planted', now())")),
+          may_change=AUDITED, escaped=refusal_only),
+        A("run_sql", "run_sql with a function in FROM (the postgres-mcp bypass)", agent,
+          receipt_of(lambda s, c: _run_sql(s, c, "DELETE FROM public.reminders USING pg_sleep(0) AS x "
+                                                 f"WHERE id = {s.r1}")),
+          may_change=AUDITED, escaped=refusal_only),
+        A("run_sql", "run_sql: two statements", agent,
+          receipt_of(lambda s, c: _run_sql(s, c, f"DELETE FROM public.reminders WHERE id = {s.r1}; "
+                                                 "DROP TABLE public.reminders")),
+          may_change=AUDITED, escaped=refusal_only),
+        A("run_sql", "run_sql unbounded DELETE", agent,
+          receipt_of(lambda s, c: _run_sql(s, c, "DELETE FROM public.reminders WHERE 1 = 1")),
+          may_change=AUDITED, escaped=refusal_only),
+        A("drafts", "pre-seed the draft's internal call_id through run_sql, then confirm", agent,
+          receipt_of(lambda s, c: _forged_draft_sql(s, c)), may_change=AUDITED + ("all_rows", "drafts"),
+          escaped=lambda s, seen: _draft_confirmed_without_its_write(s, s.d3, "my other booking")),
+        A("drafts", "pre-seed the draft's call_id with a recorded SQL refusal, then confirm", agent,
+          receipt_of(lambda s, c: _forged_draft_refusal(s, c)), may_change=AUDITED + ("drafts",),
+          escaped=lambda s, seen: s.db.execute("SELECT status FROM agentdb_private.drafts WHERE id = %s",
+                                               (s.d3,)).fetchone()[0] == "failed"),
         # -- search_path and temporary objects against SECURITY DEFINER functions --------------------
         A("search_path", "temp table 'reminders' + search_path = pg_temp, public, then invoke", agent,
           receipt_of(lambda s, c: _shadow_table(s, c)), may_change=AUDITED + ("all_rows",),
@@ -366,10 +405,30 @@ def _forged_draft_call(s: Scene, conn):
     return conn.execute("SELECT agentdb.confirm(%s, %s)", (s.t1, s.d1)).fetchone()[0]
 
 
-def _draft_confirmed_without_its_write(s: Scene) -> bool:
-    status = s.db.execute("SELECT status FROM agentdb_private.drafts WHERE id = %s", (s.d1,)).fetchone()[0]
-    written = s.db.execute("SELECT count(*) FROM reminders WHERE content = 'my booking'").fetchone()[0]
+def _draft_confirmed_without_its_write(s: Scene, draft: str, content: str) -> bool:
+    status = s.db.execute("SELECT status FROM agentdb_private.drafts WHERE id = %s", (draft,)).fetchone()[0]
+    written = s.db.execute("SELECT count(*) FROM reminders WHERE content = %s", (content,)).fetchone()[0]
     return status == "confirmed" and written == 0
+
+
+def _run_sql(s: Scene, conn, statement: str, call_id: str | None = None):
+    return conn.execute("SELECT agentdb.run_sql(%s, %s, expect_rows => 1, call_id => %s)",
+                        (s.t1, statement, call_id)).fetchone()[0]
+
+
+def _forged_draft_sql(s: Scene, conn):
+    """The same forgery as above, through agent-written SQL: a harmless insert stored under the
+    call_id confirm uses for d3, in the turn that then confirms d3."""
+    _run_sql(s, conn, "INSERT INTO public.reminders (user_id, content, remind_at) "
+                      "VALUES (agentdb.sql_user(), 'decoy 2', now())", call_id=f"draft:{s.d3}")
+    return conn.execute("SELECT agentdb.confirm(%s, %s)", (s.t1, s.d3)).fetchone()[0]
+
+
+def _forged_draft_refusal(s: Scene, conn):
+    """A refused step stored under the draft's call_id must not make its confirmation fail."""
+    conn.execute("SELECT agentdb.record_sql_refusal(%s, 'DELETE x', 'no', call_id => %s)",
+                 (s.t1, f"draft:{s.d3}"))
+    return conn.execute("SELECT agentdb.confirm(%s, %s)", (s.t1, s.d3)).fetchone()[0]
 
 
 def _shadow_table(s: Scene, conn):
