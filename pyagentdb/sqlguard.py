@@ -409,4 +409,100 @@ def run_sql(client: Any, task: Any, sql: str, expect_rows: int | None, *, call_i
     return Receipt.from_json(data)
 
 
-__all__ = ["ALLOWED_FUNCTIONS", "MAX_SQL_CHARS", "GuardResult", "check", "run_sql"]
+# -- run_sql as a tool for LLM APIs ------------------------------------------------------------
+
+TOOL_NAME = "run_sql"
+_MAX_DESCRIPTION = 1024  # the OpenAI limit for a function's description
+
+
+def sql_tables(source: Any) -> list[dict]:
+    """Rows of agentdb.sql_tables (the tables run_sql may write) from a Client, a psycopg
+    connection or pool, or rows already read."""
+    from .client import Client
+
+    if isinstance(source, (list, tuple)):
+        return [dict(row) for row in source]
+    client = source if isinstance(source, Client) else Client(source)
+    with client._cursor() as cur:
+        cur.execute("SELECT to_jsonb(t) FROM agentdb.sql_tables AS t ORDER BY t.table_name")
+        return [row[0] for row in cur.fetchall()]
+
+
+def _table_line(row: dict) -> str:
+    cols = []
+    for col in row.get("columns") or []:
+        name = col["name"]
+        cols.append(f"{name}=agentdb.sql_user()" if name == row.get("owner_column") else name)
+    return f"{row.get('table_name') or row['target']}({', '.join(cols)})"
+
+
+def exposed_tool(source: Any):
+    """run_sql as a pyagentdb.schemas.ExposedTool (render it with .render(format))."""
+    from .schemas import ExposedTool
+
+    rows = sql_tables(source)
+    head = ("Change data with ONE SQL statement: a single INSERT, UPDATE or DELETE of one of these "
+            "tables: ")
+    rules = (". Literal values only; UPDATE/DELETE need a WHERE naming the rows; no subqueries, joins, "
+             "WITH or other tables; functions only now(), lower(), upper(), trim(), round(), coalesce() "
+             "and the like. expect_rows must be the exact number of rows it changes, or it is undone. "
+             "It is done only when the result says DONE; anything else means NOT done: tell the user.")
+    tables = "; ".join(_table_line(row) for row in rows) or "(none enabled)"
+    room = _MAX_DESCRIPTION - len(head) - len(rules)
+    if len(tables) > room:
+        tables = tables[: max(room - 1, 0)].rstrip() + "…"
+    schema = {
+        "type": "object",
+        "properties": {
+            "statement": {"type": "string", "maxLength": MAX_SQL_CHARS,
+                          "description": "one INSERT, UPDATE or DELETE statement"},
+            "expect_rows": {"type": "integer", "minimum": 1,
+                            "description": "how many rows the statement must change"},
+            "reason": {"type": "string", "description": "why, in a few words"},
+        },
+        "required": ["statement", "expect_rows"],
+        "additionalProperties": False,
+    }
+    return ExposedTool(
+        name=TOOL_NAME, kind="run_sql", tool=None, title="Run one SQL change",
+        description=head + tables + rules, input_schema=schema,
+        annotations={"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False,
+                     "openWorldHint": False},
+    )
+
+
+def tool_definition(source: Any, format: str = "openai") -> dict:  # noqa: A002 - schemas' word
+    """The run_sql tool for `format` (openai, openai-responses, anthropic, mcp)."""
+    return exposed_tool(source).render(format)
+
+
+def call_tool(client: Any, task: Any, arguments: Any, *, call_id: str | None = None,
+              timeout: str | None = DEFAULT_TIMEOUT):
+    """One model call of the run_sql tool -> a Receipt from the database. Malformed arguments
+    are a recorded refusal too; pyagentdb.schemas.render_result(receipt.raw) gives the text for
+    the model."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            arguments = None
+    args = arguments if isinstance(arguments, dict) else {}
+    statement, expect = args.get("statement"), args.get("expect_rows")
+    reason = args.get("reason") if isinstance(args.get("reason"), str) else None
+    if isinstance(expect, bool) or not isinstance(expect, int):
+        expect = None
+    if not isinstance(statement, str) or set(args) - {"statement", "expect_rows", "reason"}:
+        from .client import Client, Receipt
+
+        client = client if isinstance(client, Client) else Client(client)
+        why = ("bad_arguments: the arguments must be an object with statement (text), expect_rows "
+               "(integer) and optionally reason")
+        with client._cursor() as cur:
+            cur.execute("SELECT agentdb.record_sql_refusal(%s::uuid, %s, %s, call_id => %s, reason => %s)",
+                        (str(task), json.dumps(arguments, default=str)[:MAX_SQL_CHARS], why, call_id, reason))
+            return Receipt.from_json(cur.fetchone()[0])
+    return run_sql(client, task, statement, expect, call_id=call_id, reason=reason, timeout=timeout)
+
+
+__all__ = ["ALLOWED_FUNCTIONS", "MAX_SQL_CHARS", "TOOL_NAME", "GuardResult", "call_tool", "check",
+           "exposed_tool", "run_sql", "sql_tables", "tool_definition"]

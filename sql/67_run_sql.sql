@@ -849,7 +849,14 @@ SELECT
             )
         FROM pg_catalog.pg_attribute AS a
         WHERE a.attrelid = t.target AND a.attnum > 0 AND NOT a.attisdropped
-    ) AS columns
+    ) AS columns,
+    -- schema-qualified whatever the reader's search_path
+    (
+        SELECT format('%I.%I', n.nspname, c.relname)
+        FROM pg_catalog.pg_class AS c
+        INNER JOIN pg_catalog.pg_namespace AS n ON c.relnamespace = n.oid
+        WHERE c.oid = t.target
+    ) AS table_name
 FROM agentdb_private.sql_tables AS t;
 
 -- The writer-side functions belong to the writer role. Changing an owner to a

@@ -9,6 +9,8 @@ the statement, and by the transaction's own statistics after it ran.
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 import pytest
 from helpers import audits, begin, check_recorded, one, rows, scalar, steps
@@ -701,3 +703,49 @@ def test_missing_arguments_are_recorded_refusals(sqldb, role_connect):
     receipt = scalar(agent, "SELECT agentdb.record_sql_refusal(%s, %s)", (task, "DROP TABLE stock"))
     check_recorded(sqldb, receipt, outcome="refused", refusal="sql_guard")
     assert stock(sqldb) == {"a": 10, "b": 20, "c": 30}
+
+
+# --- run_sql as a tool for LLM APIs --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["openai", "openai-responses", "anthropic", "mcp"])
+def test_tool_definition_passes_the_sdk_types(sqldb, fmt):
+    from test_schemas import CHECKS
+
+    tool = sqlguard.tool_definition(sqldb, fmt)
+    CHECKS[fmt](tool)
+    text = json.dumps(tool, ensure_ascii=False)
+    assert "public.notes(id, user_id=agentdb.sql_user(), body, done, n)" in text
+    assert "public.stock(sku, qty)" in text and "secrets" not in text
+
+
+def test_tool_description_stays_within_the_limit(sqldb):
+    for i in range(60):
+        sqldb.execute(f"CREATE TABLE public.wide_{i} (id int PRIMARY KEY, a text, b text, c text)")
+        sqldb.execute(f"SELECT agentdb.allow_sql('public.wide_{i}')")
+    tool = sqlguard.tool_definition(sqldb, "openai")
+    assert len(tool["function"]["description"]) <= 1024
+    assert tool["function"]["description"].endswith("tell the user.")
+
+
+def test_tool_calls(sqldb, role_connect):
+    from pyagentdb.schemas import render_result
+
+    agent = role_connect("agentdb_agent")
+    assert sqlguard.tool_definition(agent, "anthropic")["name"] == "run_sql"  # the agent may read it
+    task = begin(sqldb)
+    ok = sqlguard.call_tool(agent, task, '{"statement": "UPDATE stock SET qty = 1 WHERE sku = \'a\'", '
+                                         '"expect_rows": 1, "reason": "restock"}', call_id="t-1")
+    text, is_error = render_result(ok.raw)
+    assert ok.ok and text.startswith("DONE") and not is_error
+    for arguments in [{"statement": "DELETE FROM stock", "expect_rows": 3}, {"statement": 5},
+                      {"statement": "DELETE FROM stock WHERE sku = 'b'", "expect_rows": 1, "x": 1},
+                      "not json", None,
+                      {"statement": "DELETE FROM stock WHERE sku = 'b'", "expect_rows": True}]:
+        receipt = sqlguard.call_tool(agent, task, arguments)
+        text, is_error = render_result(receipt.raw)
+        assert not receipt.ok and is_error and text.startswith("NOT DONE"), (arguments, receipt)
+        check_recorded(sqldb, receipt.raw, outcome=receipt.outcome)
+    assert stock(sqldb) == {"a": 1, "b": 20, "c": 30}
+    assert [s["outcome"] for s in steps(sqldb, task)] == ["success", "refused", "refused", "refused",
+                                                          "refused", "refused", "invalid"]
