@@ -65,7 +65,9 @@ AS $$
         ELSE 'failed'
     END
       FROM agentdb_private.steps AS s
-     WHERE s.task_id = p_task
+     -- Calls refused because the task was already closed are not part of its work
+     -- (the report and the claim check ignore them too).
+     WHERE s.task_id = p_task AND s.refusal IS DISTINCT FROM 'closed'
 $$;
 
 -- Settle a task. Settling twice returns the first result.

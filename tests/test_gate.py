@@ -187,6 +187,7 @@ def test_double_writer_cannot_write_twice(client, reminders):
     assert [(r.outcome, r.refusal) for r in result.late_receipts] == [("refused", "closed")]
     assert reminders.execute("SELECT count(*) FROM reminders").fetchone()[0] == 1
     assert result.verdict.verdict == "deliver"  # the blocked second call is not part of the work
+    assert client.finish_task(task) == "success"
 
 
 def test_report_closes_tools_and_lists_steps(client):
