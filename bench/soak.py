@@ -21,7 +21,7 @@ What runs at the same time, until --seconds have passed:
 
 At the end: the action queue is drained, the workload's own checks run (no lost update, no
 duplicate, call_ids once, drafts once, actions once, every receipt a step), then reconcile()
-with the reaper. The figures are written to bench/results/soak-<date>.json (or --out) and the
+with the reaper. The figures are written to bench/results/soak-<commit>-<seconds>s.json (or --out) and the
 exit status is 1 when anything was lost or anything escaped.
 """
 
@@ -359,7 +359,8 @@ def main(argv=None) -> int:
         if own:
             own.close()
 
-    out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"soak-{started_at:%Y-%m-%d}.json"
+    name = f"soak-{doc['commit'] or started_at.strftime('%Y-%m-%d')}-{int(args.seconds)}s.json"
+    out = Path(args.out) if args.out else ROOT / "bench" / "results" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     if args.json:
