@@ -4,7 +4,8 @@ Fills agentdb_private.audit with --audit-rows rows (default 1,000,000; inserted
 directly as the owner, which the append-only trigger allows), then for each
 measured call opens a task, invokes one write and calls finalize_reply with a
 reply that claims it (half zh, half en; every fourth a lie on a task with no
-step, so both verdicts are measured). Only the finalize_reply call is timed,
+step, so both verdicts are measured; every other call declares its claim instead of
+letting the database detect it, so both ways are measured). Only the finalize_reply call is timed,
 server round trip included; its COMMIT (the WAL flush, which any
 durable write pays) is timed apart and reported as finalize_reply_with_commit.
 Reports p50/p90/p99 per verdict and overall, and for agentdb.detect_claims alone.
@@ -74,6 +75,8 @@ def run(dsn: str, audit_rows: int, n: int) -> dict:
             "replace": [],
             "detect_claims": [],
             "with_commit": [],
+            "detected": [],
+            "declared": [],
         }
         for i in range(n):
             lang = "zh" if i % 2 else "en"
@@ -88,13 +91,19 @@ def run(dsn: str, audit_rows: int, n: int) -> dict:
             # Timed apart: the call inside an open transaction, then its COMMIT (the WAL flush).
             conn.execute("BEGIN")
             start = time.perf_counter()
-            verdict = conn.execute("SELECT agentdb.finalize_reply(%s, %s)", (task, REPLIES[lang]))
+            # Every other pair of calls declares its claim (a runtime that knows what it
+            # claims); the others let the database detect it in the text.
+            declared = Jsonb([{"kind": "create"}]) if (i // 2) % 2 else None
+            verdict = conn.execute(
+                "SELECT agentdb.finalize_reply(%s, %s, %s)", (task, REPLIES[lang], declared)
+            )
             verdict = verdict.fetchone()[0]
             elapsed = (time.perf_counter() - start) * 1000
             start = time.perf_counter()
             conn.execute("COMMIT")
             commit = (time.perf_counter() - start) * 1000
             timings[verdict["verdict"]].append(elapsed)
+            timings["declared" if declared is not None else "detected"].append(elapsed)
             timings["with_commit"].append(elapsed + commit)
             assert verdict["verdict"] == ("replace" if lie else "deliver"), verdict
             start = time.perf_counter()
@@ -110,6 +119,8 @@ def run(dsn: str, audit_rows: int, n: int) -> dict:
         "replace": percentiles(timings["replace"]),
         "detect_claims": percentiles(timings["detect_claims"]),
         "finalize_reply_with_commit": percentiles(timings["with_commit"]),
+        "finalize_reply_detected": percentiles(timings["detected"]),
+        "finalize_reply_declared": percentiles(timings["declared"]),
         "target_p50_ms": 0.5,
     }
 
@@ -135,7 +146,15 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         return
     print(f"PostgreSQL {result['server_version']}, {result['audit_rows']:,} audit rows")
-    for name in ("finalize_reply", "deliver", "replace", "detect_claims", "finalize_reply_with_commit"):
+    for name in (
+        "finalize_reply",
+        "finalize_reply_detected",
+        "finalize_reply_declared",
+        "deliver",
+        "replace",
+        "detect_claims",
+        "finalize_reply_with_commit",
+    ):
         r = result[name]
         print(
             f"{name:27} n={r['n']:5}  p50 {r['p50_ms']:.3f} ms"

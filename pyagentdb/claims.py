@@ -40,10 +40,12 @@ def patterns() -> dict:
 @lru_cache(maxsize=8)
 def _compiled(lang: str):
     spec = patterns()["languages"][lang]
-    flags = re.IGNORECASE if "i" in spec.get("flags", "") else 0
+    # ASCII case folding, as PostgreSQL's regex does here (Python would also fold İ, ı, ſ, K).
+    flags = re.IGNORECASE | re.ASCII if "i" in spec.get("flags", "") else 0
     exclude = [re.compile(p, flags) for p in spec["exclude"]]
     claims = [(c["kind"], re.compile(c["pattern"], flags)) for c in spec["claims"]]
-    return exclude, claims
+    script = re.compile(spec["script"]) if spec.get("script") else None
+    return exclude, claims, script
 
 
 def _clauses(text: str):
@@ -69,7 +71,9 @@ def detect_claims(text: str | None, lang: str | None = None) -> list[Claim]:
     for offset, clause in _clauses(text):
         taken: list[tuple[int, int]] = []
         for code in langs:
-            exclude, claims = _compiled(code)
+            exclude, claims, script = _compiled(code)
+            if script is not None and not script.search(clause):
+                continue  # no word of this language here: none of its claims can match
             if any(p.search(clause) for p in exclude):
                 continue
             for kind, pattern in claims:
