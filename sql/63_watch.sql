@@ -13,10 +13,11 @@
 -- rolled-back trial) just before its write statement and clears it right
 -- after (agentdb.run_sql does the same around an agent's statement). Anyone
 -- can set a custom setting, so the guard accepts it only when the writing
--- role (current_user) is agentdb's: the owner of agentdb_private (inside
--- agentdb.invoke, SECURITY DEFINER) or agentdb_sql_writer (the role run_sql
--- executes as, which no login role can become). A session that set it by
--- hand writes as itself, and its write is refused.
+-- role (current_user) is agentdb's: one that may create in agentdb_private,
+-- i.e. the owner (inside agentdb.invoke, SECURITY DEFINER) or a superuser,
+-- or agentdb_sql_writer (the role run_sql executes as, which no login role
+-- can become). A session that set it by hand writes as itself, and its write
+-- is refused.
 
 -- BEFORE, per statement.
 CREATE OR REPLACE FUNCTION agentdb_private.watch_guard()
@@ -28,10 +29,10 @@ DECLARE
     v_call text := current_setting('agentdb.call', true);
 BEGIN
     IF coalesce(v_call, '') <> '' THEN
+        -- Only agentdb's owner (and superusers) may create in agentdb_private:
+        -- a privilege test answered from the caches, without a query.
         IF current_user <> 'agentdb_sql_writer'
-                AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace AS n
-                                 WHERE n.nspname = 'agentdb_private'
-                                   AND pg_catalog.pg_get_userbyid(n.nspowner) = current_user) THEN
+                AND NOT pg_catalog.has_schema_privilege(current_user, 'agentdb_private', 'CREATE') THEN
             RAISE EXCEPTION '% on %.% refused: agentdb.call is set, but this write does not come from agentdb.invoke',
                 TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME
                 USING ERRCODE = 'insufficient_privilege',
@@ -43,6 +44,7 @@ BEGIN
     -- (the catalog is read only when the cached membership test says yes).
     IF (pg_catalog.pg_has_role(session_user, 'agentdb_agent', 'MEMBER')
             OR pg_catalog.pg_has_role(current_user, 'agentdb_agent', 'MEMBER'))
+        AND NOT (session_user = current_user AND current_setting('is_superuser') = 'on')
         AND EXISTS (SELECT 1 FROM pg_catalog.pg_roles AS r
                      WHERE r.rolname IN (session_user, current_user)
                        AND NOT r.rolsuper
