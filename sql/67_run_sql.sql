@@ -565,7 +565,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_started timestamptz := clock_timestamp();
-    v_call_id text := CASE WHEN length(p_call_id) <= 200 THEN p_call_id END;
+    -- Reserved prefixes (confirm's and the worker's steps) are refused and never stored.
+    v_call_id text := CASE WHEN length(p_call_id) <= 200 AND p_call_id !~ '^(draft|action):' THEN p_call_id END;
     v_task agentdb_private.tasks;
     v_seq integer;
     v_prior jsonb;
@@ -588,7 +589,7 @@ BEGIN
             agentdb_private.not_done('refused', 'unknown_task', format('no task %s', p_task)));
     END IF;
 
-    IF p_call_id IS NOT NULL THEN
+    IF v_call_id IS NOT NULL THEN
         SELECT jsonb_build_object('step_id', s.id) || s.receipt || '{"replayed": true}'
           INTO v_prior
           FROM agentdb_private.steps AS s
@@ -608,6 +609,10 @@ BEGIN
     END IF;
     IF v_result IS NULL AND p_call_id IS NOT NULL AND length(p_call_id) > 200 THEN
         v_result := agentdb_private.not_done('invalid', 'bad_call_id', 'call_id is longer than 200 characters');
+    END IF;
+    IF v_result IS NULL AND p_call_id ~ '^(draft|action):' THEN
+        v_result := agentdb_private.not_done('invalid', 'bad_call_id',
+            'call_ids starting with draft: or action: are reserved for confirm and the approval worker');
     END IF;
     IF v_result IS NULL AND p_guard_refusal IS NOT NULL THEN
         v_result := agentdb_private.not_done('refused', 'sql_guard', 'sql guard: ' || left(p_guard_refusal, 1000));

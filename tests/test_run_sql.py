@@ -749,3 +749,17 @@ def test_tool_calls(sqldb, role_connect):
     assert stock(sqldb) == {"a": 1, "b": 20, "c": 30}
     assert [s["outcome"] for s in steps(sqldb, task)] == ["success", "refused", "refused", "refused",
                                                           "refused", "refused", "invalid"]
+
+
+def test_reserved_call_id_prefixes_are_refused_and_not_stored(db):
+    db.execute("CREATE TABLE public.rsv (id bigint PRIMARY KEY, note text)")
+    db.execute("INSERT INTO public.rsv VALUES (1, 'a')")
+    db.execute("SELECT agentdb.allow_sql('public.rsv')")
+    db.execute("SELECT agentdb.grant_permission('u9', 'WRITE')")
+    task = db.execute("SELECT agentdb.begin_task('u9', 'c', authenticated => true)").fetchone()[0]
+    receipt = db.execute(
+        "SELECT agentdb.run_sql(%s, 'UPDATE public.rsv SET note = ''b'' WHERE id = 1', 1, 'draft:x')", (task,)
+    ).fetchone()[0]
+    assert (receipt["outcome"], receipt["refusal"]) == ("invalid", "bad_call_id")
+    assert db.execute("SELECT note FROM public.rsv").fetchone() == ("a",)
+    assert db.execute("SELECT count(*) FROM agentdb.v_steps WHERE call_id LIKE 'draft:%'").fetchone()[0] == 0
