@@ -16,8 +16,8 @@
 -- SQL expression: a bigint hash of the row aliased p_alias of table p_table.
 -- Each column is hashed with its type's extended hash function (seeded with
 -- its column number, so values swapped between columns differ), or, for
--- types without one, as its jsonb text; NULL counts as a fixed value. The
--- column hashes are combined with XOR.
+-- types without one, as its jsonb text; NULL counts as a fixed value (not
+-- looked for in NOT NULL columns). The column hashes are combined with XOR.
 CREATE OR REPLACE FUNCTION agentdb_private.row_hash_sql(p_table regclass, p_alias text)
 RETURNS text
 LANGUAGE sql STABLE
@@ -29,13 +29,14 @@ AS $$
                CASE WHEN ty.typtype = 'd' THEN ty.typbasetype
                     WHEN a.atttypid = 'varchar'::regtype THEN 'text'::regtype
                     ELSE a.atttypid END AS htype,
-               a.atttypid
+               a.atttypid,
+               a.attnotnull
           FROM pg_catalog.pg_attribute AS a
           JOIN pg_catalog.pg_type AS ty ON ty.oid = a.atttypid
          WHERE a.attrelid = p_table AND a.attnum > 0 AND NOT a.attisdropped
     ),
     fns AS (
-        SELECT c.attnum, c.attname, c.atttypid, c.htype,
+        SELECT c.attnum, c.attname, c.atttypid, c.htype, c.attnotnull,
                (SELECT p.oid::regproc::text
                   FROM pg_catalog.pg_opclass AS oc
                   JOIN pg_catalog.pg_am AS am ON am.oid = oc.opcmethod AND am.amname = 'hash'
@@ -48,7 +49,7 @@ AS $$
                  LIMIT 1) AS fn
           FROM cols AS c
     )
-    SELECT coalesce(string_agg(format('coalesce(%s, %s)',
+    SELECT coalesce(string_agg(format(CASE WHEN f.attnotnull THEN '%s' ELSE 'coalesce(%s, %s)' END,
                CASE WHEN f.fn IS NOT NULL
                     THEN format('%s(%s.%I%s, %s)', f.fn, p_alias, f.attname,
                                 CASE WHEN f.htype = f.atttypid THEN '' ELSE '::' || format_type(f.htype, NULL) END,
