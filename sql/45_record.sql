@@ -1,5 +1,17 @@
 -- Step and audit rows, and the receipt built from them.
 
+-- "提醒时间 / when to remind": an app-given text in both languages, zh first; the
+-- part for p_lang (or the whole text when it has no ' / ').
+CREATE OR REPLACE FUNCTION agentdb_private.in_lang(p_text text, p_lang text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN p_text LIKE '% / %'
+        THEN trim(split_part(p_text, ' / ', CASE WHEN p_lang = 'en' THEN 2 ELSE 1 END))
+        ELSE p_text END
+$$;
+
 -- The user-facing sentence for a result: the most specific catalogue entry
 -- (detail.<outcome>.<refusal>) or the outcome's general one. A field with a
 -- column comment is named by that comment (its everyday name, "zh / en"); a conflict
@@ -24,10 +36,7 @@ BEGIN
           JOIN pg_catalog.pg_description AS d
             ON d.objoid = a.attrelid AND d.classoid = 'pg_catalog.pg_class'::regclass AND d.objsubid = a.attnum
          WHERE a.attrelid = p_target AND a.attname = p_result ->> 'field' AND NOT a.attisdropped;
-        -- "提醒时间 / when to remind": the zh name, then the en name.
-        IF v_field LIKE '% / %' THEN
-            v_field := trim(split_part(v_field, ' / ', CASE WHEN p_lang = 'en' THEN 2 ELSE 1 END));
-        END IF;
+        v_field := agentdb_private.in_lang(v_field, p_lang);
     END IF;
     v_code := CASE
         WHEN v_outcome = 'invalid' AND v_field IS NOT NULL THEN 'detail.invalid.named'
@@ -50,8 +59,8 @@ BEGIN
             'attempts', coalesce(p_result ->> 'attempts', '1'),
             'expected', p_result ->> 'expected_rows',
             'matched', p_result ->> 'matched_rows',
-            'reason', coalesce(p_result #>> '{conflict,reason}', ''),
-            'alternative', coalesce(p_result #>> '{conflict,alternative}', '')));
+            'reason', agentdb_private.in_lang(coalesce(p_result #>> '{conflict,reason}', ''), p_lang),
+            'alternative', agentdb_private.in_lang(coalesce(p_result #>> '{conflict,alternative}', ''), p_lang)));
 END
 $$;
 

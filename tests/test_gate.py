@@ -305,3 +305,20 @@ def test_conflict_offers_the_alternative(client):
     verdict = not_created_reporter([Call("add_reminder_checked", ARGS)], LIE["zh"]).run(client, task).verdict
     assert verdict.replaced and "那个时间已经有一条提醒了" in verdict.text
     assert "可以改成晚十分钟吗" in verdict.text
+
+
+@pytest.mark.parametrize(
+    ("lang", "want", "not_want"), [("en", "busy then", "那个时间"), ("zh", "那个时间有会", "busy")]
+)
+def test_bilingual_conflict_reason_shows_the_users_language(reminders, lang, want, not_want):
+    reminders.execute("""
+        CREATE FUNCTION public.always_busy(p_user text, p_args jsonb) RETURNS text
+        LANGUAGE sql AS $$ SELECT '那个时间有会 / busy then' $$;
+        SELECT agentdb.register_tool(name => 'add_busy', action => 'insert', target => 'public.reminders',
+            label_zh => '记一条提醒', label_en => 'set a reminder', owner_column => 'user_id',
+            conflict_check => 'public.always_busy(text, jsonb)');
+    """)
+    client = Client(reminders)
+    task = client.begin_task("u1", "c", authenticated=True, lang=lang)
+    receipt = client.invoke(task, "add_busy", ARGS)
+    assert receipt.outcome == "conflict" and want in receipt.detail and not_want not in receipt.detail
