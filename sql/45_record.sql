@@ -155,3 +155,32 @@ BEGIN
     RETURN v_receipt;
 END
 $$;
+
+-- A refusal from an entry point other than invoke_core (propose, confirm,
+-- revise, request_approval): the next step of a known task, or, when the task
+-- is unknown (p_task.id NULL), only an audit row under the id asked for.
+CREATE OR REPLACE FUNCTION agentdb_private.record_refusal(
+    p_task agentdb_private.tasks,
+    p_asked uuid,
+    p_tool_name text,
+    p_tool agentdb_private.tools,
+    p_args jsonb,
+    p_reason text,
+    p_result jsonb
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_seq integer;
+BEGIN
+    IF p_task.id IS NULL THEN
+        p_task.id := p_asked;
+    ELSE
+        v_seq := agentdb_private.next_seq(p_task.id);
+    END IF;
+    RETURN agentdb_private.record_step(p_task, v_seq, left(p_tool_name, 200), p_tool, p_args, p_reason, NULL,
+        clock_timestamp(), p_result);
+END
+$$;

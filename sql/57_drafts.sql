@@ -92,13 +92,8 @@ BEGIN
         END IF;
     END IF;
     IF v_dry IS NOT NULL THEN
-        IF v_task.id IS NULL THEN
-            v_task.id := propose.task;
-            RETURN agentdb_private.record_step(v_task, NULL, left(propose.tool, 200), NULL, propose.args,
-                propose.reason, NULL, clock_timestamp(), v_dry);
-        END IF;
-        RETURN agentdb_private.record_step(v_task, agentdb_private.next_seq(v_task.id), left(propose.tool, 200),
-            v_tool, propose.args, propose.reason, NULL, clock_timestamp(), v_dry);
+        RETURN agentdb_private.record_refusal(v_task, propose.task, propose.tool, v_tool, propose.args,
+            propose.reason, v_dry);
     END IF;
 
     -- Ordinals count per conversation: 1, 2, 3 ... as the user sees them.
@@ -174,9 +169,8 @@ DECLARE
 BEGIN
     SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = confirm.task FOR UPDATE;
     IF NOT FOUND THEN
-        v_task.id := confirm.task;
-        RETURN agentdb_private.record_step(v_task, NULL, NULL, NULL, jsonb_build_object('draft', left(draft_ref, 200)),
-            'confirm', NULL, clock_timestamp(),
+        RETURN agentdb_private.record_refusal(v_task, confirm.task, NULL, NULL,
+            jsonb_build_object('draft', left(draft_ref, 200)), 'confirm',
             agentdb_private.not_done('refused', 'unknown_task', format('no task %s', confirm.task)));
     END IF;
     SELECT * INTO v_found FROM agentdb_private.resolve_draft(v_task, coalesce(draft_ref, ''));
@@ -216,9 +210,8 @@ BEGIN
         END IF;
     END IF;
     IF v_refusal IS NOT NULL THEN
-        RETURN agentdb_private.record_step(v_task, agentdb_private.next_seq(v_task.id),
-            coalesce(v_draft.tool, 'confirm'), v_tool,
-            jsonb_build_object('draft', left(draft_ref, 200)), 'confirm', NULL, clock_timestamp(),
+        RETURN agentdb_private.record_refusal(v_task, confirm.task, coalesce(v_draft.tool, 'confirm'), v_tool,
+            jsonb_build_object('draft', left(draft_ref, 200)), 'confirm',
             agentdb_private.not_done('refused', v_refusal, format('draft %s: %s', left(draft_ref, 200), v_refusal),
                 v_extra || jsonb_build_object('ordinal', v_draft.ordinal)));
     END IF;
@@ -260,9 +253,9 @@ BEGIN
                           WHEN 'expired' THEN 'draft_expired' ELSE 'draft_used' END;
     END IF;
     IF v_refusal IS NOT NULL THEN
-        RETURN agentdb_private.record_step(v_task, agentdb_private.next_seq(v_task.id),
-            coalesce(v_draft.tool, 'revise'), (SELECT t FROM agentdb_private.tools AS t WHERE t.name = v_draft.tool),
-            jsonb_build_object('draft', left(draft_ref, 200)), 'revise', NULL, clock_timestamp(),
+        RETURN agentdb_private.record_refusal(v_task, revise.task, coalesce(v_draft.tool, 'revise'),
+            (SELECT t FROM agentdb_private.tools AS t WHERE t.name = v_draft.tool),
+            jsonb_build_object('draft', left(draft_ref, 200)), 'revise',
             agentdb_private.not_done('refused', v_refusal, format('draft %s: %s', left(draft_ref, 200), v_refusal)));
     END IF;
     v_new := agentdb.propose(revise.task, v_draft.tool, revise.args, coalesce(revise.reason, 'revision'),

@@ -25,14 +25,8 @@ BEGIN
         v_refusal := agentdb_private.not_done('invalid', 'not_an_object', 'arguments must be a JSON object');
     END IF;
     IF v_refusal IS NOT NULL THEN
-        IF v_task.id IS NULL THEN
-            v_task.id := request_approval.task;
-            RETURN agentdb_private.record_step(v_task, NULL, left(request_approval.tool, 200), NULL,
-                request_approval.args, request_approval.reason, NULL, clock_timestamp(), v_refusal);
-        END IF;
-        RETURN agentdb_private.record_step(v_task, agentdb_private.next_seq(v_task.id),
-            left(request_approval.tool, 200), v_tool, request_approval.args, request_approval.reason, NULL,
-            clock_timestamp(), v_refusal);
+        RETURN agentdb_private.record_refusal(v_task, request_approval.task, request_approval.tool, v_tool,
+            request_approval.args, request_approval.reason, v_refusal);
     END IF;
     INSERT INTO agentdb_private.actions (
         user_id, conversation_id, task_id, tool, args, args_hash, expect_rows, reason,
