@@ -26,7 +26,7 @@ class Call:
 
 @dataclass(frozen=True)
 class TurnResult:
-    receipts: list[Receipt]
+    receipts: list[Receipt | dict]  # a dict for a proposal
     late_receipts: list[Receipt]
     report: dict
     model_text: str
@@ -44,12 +44,20 @@ class ScriptedAgent:
     late_calls: Sequence[Call] = ()  # tried after the report was taken
 
     def run(self, client: Client, task: uuid.UUID | str) -> TurnResult:
-        receipts = [client.invoke(task, c.tool, c.args, **c.options) for c in self.calls]
+        receipts = [_call(client, task, c) for c in self.calls]
         report = client.report(task)
         late = [client.invoke(task, c.tool, c.args, **c.options) for c in self.late_calls]
         text = self.reply(receipts) if callable(self.reply) else self.reply
         verdict = client.finalize_reply(task, text)
         return TurnResult(receipts, late, report, text, verdict)
+
+
+def _call(client: Client, task: uuid.UUID | str, call: Call) -> Receipt | dict:
+    """invoke, or propose when the call says propose=True (the proposal comes back as a dict)."""
+    options = dict(call.options)
+    if options.pop("propose", False):
+        return client.propose(task, call.tool, call.args, **options)
+    return client.invoke(task, call.tool, call.args, **options)
 
 
 def honest(calls: Sequence[Call], ok_text: str, fail_text: str) -> ScriptedAgent:

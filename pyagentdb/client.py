@@ -178,6 +178,28 @@ class Client:
         )
         return Receipt.from_json(data)
 
+    # -- drafts ----------------------------------------------------------------
+    def propose(
+        self,
+        task: uuid.UUID | str,
+        tool: str,
+        args: Any,
+        *,
+        reason: str | None = None,
+        expect_rows: int | None = None,
+    ) -> dict:
+        """agentdb.propose: a draft (outcome 'proposed'), or a refusal receipt as a dict."""
+        return self._scalar(
+            "SELECT agentdb.propose(%s::uuid, %s, %s, %s, %s)",
+            (str(task), tool, Jsonb(args), reason, expect_rows),
+        )
+
+    def confirm(self, task: uuid.UUID | str, draft_ref: str | int) -> Receipt:
+        """agentdb.confirm: runs the draft through the guarded write, or refuses."""
+        return Receipt.from_json(
+            self._scalar("SELECT agentdb.confirm(%s::uuid, %s)", (str(task), str(draft_ref)))
+        )
+
     # -- the exit gate ---------------------------------------------------------
     def report(self, task: uuid.UUID | str) -> dict:
         """The execution report; taking it closes the task's tools (later invokes are refused)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from . import install, textui
-from .agents import Call, ScriptedAgent, TurnResult
+from .agents import Call, ScriptedAgent
 from .client import Client
 
 SETUP_SQL = """
@@ -250,28 +250,6 @@ SCENES = [
 ]
 
 
-class DemoAgent(ScriptedAgent):
-    """A scripted agent that may propose instead of invoke (Call option propose=True)."""
-
-    def run(self, client: Client, task) -> TurnResult:
-        receipts = []
-        for call in self.calls:
-            opts = dict(call.options)
-            if opts.pop("propose", False):
-                receipts.append(
-                    client._scalar(
-                        "SELECT agentdb.propose(%s::uuid, %s, %s::jsonb)",
-                        (str(task), call.tool, json.dumps(call.args, ensure_ascii=False)),
-                    )
-                )
-            else:
-                receipts.append(client.invoke(task, call.tool, call.args, **opts))
-        report = client.report(task)
-        late = [client.invoke(task, c.tool, c.args, **c.options) for c in self.late_calls]
-        text = self.reply if isinstance(self.reply, str) else self.reply(receipts)
-        return TurnResult(receipts, late, report, text, client.finalize_reply(task, text))
-
-
 def _outcome(receipt, color: bool) -> str:
     if isinstance(receipt, dict):  # a draft proposal
         return textui.paint(f"draft {receipt.get('ordinal')} stored, nothing written", "yellow", color)
@@ -299,14 +277,14 @@ def run(
             task = client.begin_task(
                 scene.user, conversation, scene.request[lang], authenticated=scene.authenticated, lang=lang
             )
-            agent = DemoAgent(scene.title, scene.calls, scene.said[lang], scene.late_calls)
+            agent = ScriptedAgent(scene.title, scene.calls, scene.said[lang], scene.late_calls)
             turn = agent.run(client, task)
             client.finish_task(task)
             second = None
             if scene.second_turn:
                 answer = {"zh": "确认", "en": "Yes, go ahead"}[lang]
                 task2 = client.begin_task(scene.user, conversation, answer, authenticated=True, lang=lang)
-                receipt = client._scalar("SELECT agentdb.confirm(%s::uuid, '1')", (str(task2),))
+                receipt = client.confirm(task2, 1)
                 said2 = {"zh": "已为您预约明晚7点的3号场。", "en": "I've booked court 3 for 7pm tomorrow."}[
                     lang
                 ]
@@ -326,7 +304,7 @@ def run(
                     "second_turn": None
                     if second is None
                     else {
-                        "receipt": second["receipt"],
+                        "receipt": second["receipt"].raw,
                         "verdict": second["verdict"].verdict,
                         "user_reads": second["verdict"].text,
                     },
@@ -359,7 +337,7 @@ def run(
                 p(("    user reads    " if i == 0 else "                  ") + line)
             if second:
                 p(f"    user answers  {second['answer']}")
-                p("    agent calls   confirm(1) -> " + _outcome_dict(second["receipt"], color))
+                p("    agent calls   confirm(1) -> " + _outcome(second["receipt"], color))
                 p(f"    model said    {second['said']}")
                 p(f"    user reads    {second['verdict'].text}")
             p()
@@ -412,9 +390,3 @@ def run(
     p(f"  court bookings: {counts[3]}  (only the confirmed draft; the overreach booked nothing)")
     p(f"  orders repriced: {counts[4]} of 500  (the 428-row mismatch was rolled back whole)")
     return 0
-
-
-def _outcome_dict(receipt: dict, color: bool) -> str:
-    if receipt.get("outcome") == "success" and receipt.get("verified"):
-        return textui.paint("written and verified", "green", color)
-    return textui.paint(f"NOT done ({receipt.get('outcome')}: {receipt.get('refusal')})", "red", color)

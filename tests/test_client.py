@@ -83,3 +83,19 @@ def test_pool_and_registry_helpers(reminders, dsn):
         assert client.revoke_permission("u2", "WRITE", tool="note_reminder")
     with pytest.raises(ValueError):
         Client(reminders).register_tool(**{"name; DROP": "x"})
+
+
+def test_propose_and_confirm_through_the_client(reminders):
+    reminders.execute(
+        "SELECT agentdb.register_tool(name => 'add_reminder_confirmed', action => 'insert',"
+        " target => 'public.reminders', label_zh => '记一条提醒', label_en => 'set a reminder',"
+        " owner_column => 'user_id', needs_confirm => true)"
+    )
+    client = Client(reminders)
+    first = client.begin_task("u1", "conv-d", authenticated=True)
+    draft = client.propose(first, "add_reminder_confirmed", ARGS)
+    assert draft["outcome"] == "proposed" and draft["ordinal"] == 1
+    client.finalize_reply(first, "草稿 1,请确认。")
+    receipt = client.confirm(client.begin_task("u1", "conv-d", authenticated=True), 1)
+    assert isinstance(receipt, Receipt) and receipt.ok
+    assert reminders.execute("SELECT count(*) FROM reminders").fetchone()[0] == 1
