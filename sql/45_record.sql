@@ -184,3 +184,14 @@ BEGIN
         clock_timestamp(), p_result);
 END
 $$;
+
+-- The first receipt of a call_id in a task (marked replayed), or NULL.
+CREATE OR REPLACE FUNCTION agentdb_private.prior_receipt(p_task uuid, p_call_id text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT jsonb_build_object('step_id', s.id) || s.receipt || '{"replayed": true}'
+      FROM agentdb_private.steps AS s
+     WHERE s.task_id = p_task AND s.call_id = p_call_id
+$$;

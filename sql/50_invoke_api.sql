@@ -86,14 +86,9 @@ BEGIN
     END IF;
 
     -- The same call_id in a task returns the first receipt and writes nothing.
-    IF v_call_id IS NOT NULL THEN
-        SELECT jsonb_build_object('step_id', s.id) || s.receipt || '{"replayed": true}'
-          INTO v_prior
-          FROM agentdb_private.steps AS s
-         WHERE s.task_id = v_task.id AND s.call_id = v_call_id;
-        IF FOUND THEN
-            RETURN v_prior;
-        END IF;
+    v_prior := agentdb_private.prior_receipt(v_task.id, v_call_id);
+    IF v_prior IS NOT NULL THEN
+        RETURN v_prior;
     END IF;
 
     v_seq := agentdb_private.next_seq(v_task.id);

@@ -589,14 +589,9 @@ BEGIN
             agentdb_private.not_done('refused', 'unknown_task', format('no task %s', p_task)));
     END IF;
 
-    IF v_call_id IS NOT NULL THEN
-        SELECT jsonb_build_object('step_id', s.id) || s.receipt || '{"replayed": true}'
-          INTO v_prior
-          FROM agentdb_private.steps AS s
-         WHERE s.task_id = v_task.id AND s.call_id = p_call_id;
-        IF FOUND THEN
-            RETURN v_prior;
-        END IF;
+    v_prior := agentdb_private.prior_receipt(v_task.id, v_call_id);
+    IF v_prior IS NOT NULL THEN
+        RETURN v_prior;
     END IF;
 
     v_seq := agentdb_private.next_seq(v_task.id);
