@@ -12,14 +12,21 @@ BEGIN
     IF p_doc IS NULL OR jsonb_typeof(p_doc -> 'languages') <> 'object' THEN
         RAISE EXCEPTION 'claim patterns document has no languages' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- Precompute, per language, one alternation of all claim patterns and one of
-    -- all exclusions: most clauses hold no claim and are passed over with one
-    -- regex test instead of dozens (PostgreSQL caches only 32 compiled regexes).
+    IF EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'languages') AS l
+                WHERE coalesce(l.value ->> 'flags', '') NOT IN ('', 'i')) THEN
+        RAISE EXCEPTION 'claim pattern flags must be empty or i' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Precompute, per language, one alternation of all exclusions and, per kind,
+    -- one of its claim patterns (a guard). A pattern is tried on a clause only
+    -- when its kind's guard matches: most clauses hold no claim, and the few hot
+    -- regexes stay in PostgreSQL's per-session cache of 32 compiled ones.
     SELECT jsonb_set(p_doc, '{languages}', jsonb_object_agg(l.key, l.value || jsonb_build_object(
-               'any_claim', (SELECT string_agg('(?:' || (c ->> 'pattern') || ')', '|')
-                               FROM jsonb_array_elements(l.value -> 'claims') AS c),
                'any_exclude', (SELECT string_agg('(?:' || e || ')', '|')
-                                 FROM jsonb_array_elements_text(l.value -> 'exclude') AS e))))
+                                 FROM jsonb_array_elements_text(l.value -> 'exclude') AS e),
+               'guards', (SELECT jsonb_object_agg(g.kind, g.re) FROM (
+                              SELECT c ->> 'kind' AS kind, string_agg('(?:' || (c ->> 'pattern') || ')', '|') AS re
+                                FROM jsonb_array_elements(l.value -> 'claims') AS c
+                               GROUP BY c ->> 'kind') AS g))))
       INTO v_doc
       FROM jsonb_each(p_doc -> 'languages') AS l;
     INSERT INTO agentdb_private.claim_rules AS r (id, doc) VALUES (1, v_doc)
@@ -40,23 +47,24 @@ AS $$
 DECLARE
     v_doc jsonb;
     v_split text;
+    v_clauses text [];
+    v_seps text [];
     v_langs text [];
-    v_lang text;
+    v_specs jsonb [];
     v_spec jsonb;
     v_flags text;
-    v_pos integer := 1;
-    v_sep_start integer;
-    v_sep_end integer;
+    v_li integer;
+    v_ci integer;
+    v_offset integer := 1;
     v_clause text;
-    v_offset integer;
     v_claim jsonb;
     v_pattern text;
+    v_kinds text [];
     v_n integer;
     v_ms integer;
     v_me integer;
     v_taken int4range [];
     v_found jsonb := '[]';
-    v_len integer;
 BEGIN
     IF model_text IS NULL OR model_text = '' THEN
         RETURN '[]';
@@ -70,60 +78,56 @@ BEGIN
     IF lang IS NOT NULL AND NOT v_doc -> 'languages' ? lang THEN
         RAISE EXCEPTION 'no claim patterns for language %', lang USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    v_split := v_doc ->> 'clause_split';
     v_langs := CASE WHEN lang IS NULL
         THEN ARRAY(SELECT k FROM jsonb_object_keys(v_doc -> 'languages') AS k ORDER BY k)
         ELSE ARRAY[lang] END;
-    v_len := char_length(model_text);
+    v_specs := ARRAY(SELECT v_doc -> 'languages' -> u.k FROM unnest(v_langs) WITH ORDINALITY AS u (k, i) ORDER BY u.i);
 
-    -- Walk the clauses between separators, as the Python detector does.
-    WHILE v_pos <= v_len LOOP
-        v_sep_start := regexp_instr(model_text, v_split, v_pos, 1, 0);
-        IF v_sep_start = 0 THEN
-            v_clause := substr(model_text, v_pos);
-            v_offset := v_pos;
-            v_pos := v_len + 1;
-        ELSE
-            v_sep_end := regexp_instr(model_text, v_split, v_pos, 1, 1);
-            v_clause := substr(model_text, v_pos, v_sep_start - v_pos);
-            v_offset := v_pos;
-            v_pos := greatest(v_sep_end, v_sep_start + 1);
-        END IF;
-        CONTINUE WHEN v_clause = '';
+    -- The clauses between separators, and the separators, each found in one
+    -- pass over the text: the same cuts as the Python detector makes.
+    v_split := v_doc ->> 'clause_split';
+    v_clauses := regexp_split_to_array(model_text, v_split);
+    v_seps := ARRAY(SELECT m[1] FROM regexp_matches(model_text, '(' || v_split || ')', 'g') AS m);
 
-        v_taken := '{}';
-        FOREACH v_lang IN ARRAY v_langs LOOP
-            v_spec := v_doc -> 'languages' -> v_lang;
-            v_flags := coalesce(v_spec ->> 'flags', '');
-            -- Same answer as testing each pattern, in two regex tests.
-            -- A clause without the language's script cannot hold its claims (every
-            -- pattern names words in that script); skipping keeps the regex cache warm.
-            CONTINUE WHEN v_spec ? 'script' AND NOT regexp_like(v_clause, v_spec ->> 'script');
-            -- The union pays off only where it is cheap to run (measured: zh yes, en no);
-            -- skipping it never changes the answer.
-            CONTINUE WHEN coalesce((v_spec ->> 'precheck')::boolean, false)
-                AND NOT regexp_like(v_clause, v_spec ->> 'any_claim', v_flags);
-            CONTINUE WHEN regexp_like(v_clause, v_spec ->> 'any_exclude', v_flags);
-            FOR v_claim IN SELECT c FROM jsonb_array_elements(v_spec -> 'claims') AS c LOOP
-                v_pattern := v_claim ->> 'pattern';
-                v_n := 1;
-                LOOP
-                    v_ms := regexp_instr(v_clause, v_pattern, 1, v_n, 0, v_flags);
-                    EXIT WHEN v_ms = 0;
-                    v_me := regexp_instr(v_clause, v_pattern, 1, v_n, 1, v_flags);
-                    v_n := v_n + 1;
-                    CONTINUE WHEN v_me = v_ms
-                        OR EXISTS (SELECT 1 FROM unnest(v_taken) AS t (r) WHERE t.r && int4range(v_ms, v_me));
-                    v_taken := v_taken || int4range(v_ms, v_me);
-                    v_found := v_found || jsonb_build_object(
-                        'kind', v_claim ->> 'kind',
-                        'text', substr(v_clause, v_ms, v_me - v_ms),
-                        'start', v_offset + v_ms - 2,
-                        'end', v_offset + v_me - 2,
-                        'lang', v_lang);
+    FOR v_ci IN 1 .. cardinality(v_clauses) LOOP
+        v_clause := v_clauses[v_ci];
+        IF v_clause <> '' THEN
+            v_taken := '{}';
+            FOR v_li IN 1 .. cardinality(v_langs) LOOP
+                v_spec := v_specs[v_li];
+                v_flags := coalesce(v_spec ->> 'flags', '');
+                -- A clause without the language's script cannot hold its claims.
+                CONTINUE WHEN v_spec ? 'script' AND NOT regexp_like(v_clause, v_spec ->> 'script');
+                -- The kinds whose guard matches. Testing for a match is cheap;
+                -- finding positions (regexp_instr) is not, so that comes last.
+                v_kinds := ARRAY(SELECT g.key FROM jsonb_each_text(v_spec -> 'guards') AS g
+                                  WHERE regexp_like(v_clause, g.value, v_flags));
+                CONTINUE WHEN cardinality(v_kinds) = 0
+                    OR regexp_like(v_clause, v_spec ->> 'any_exclude', v_flags);
+                FOR v_claim IN SELECT c FROM jsonb_array_elements(v_spec -> 'claims') AS c
+                                WHERE c ->> 'kind' = ANY (v_kinds) LOOP
+                    v_pattern := v_claim ->> 'pattern';
+                    CONTINUE WHEN NOT regexp_like(v_clause, v_pattern, v_flags);
+                    v_n := 1;
+                    LOOP
+                        v_ms := regexp_instr(v_clause, v_pattern, 1, v_n, 0, v_flags);
+                        EXIT WHEN v_ms = 0;
+                        v_me := regexp_instr(v_clause, v_pattern, 1, v_n, 1, v_flags);
+                        v_n := v_n + 1;
+                        CONTINUE WHEN v_me = v_ms
+                            OR EXISTS (SELECT 1 FROM unnest(v_taken) AS t (r) WHERE t.r && int4range(v_ms, v_me));
+                        v_taken := v_taken || int4range(v_ms, v_me);
+                        v_found := v_found || jsonb_build_object(
+                            'kind', v_claim ->> 'kind',
+                            'text', substr(v_clause, v_ms, v_me - v_ms),
+                            'start', v_offset + v_ms - 2,
+                            'end', v_offset + v_me - 2,
+                            'lang', v_langs[v_li]);
+                    END LOOP;
                 END LOOP;
             END LOOP;
-        END LOOP;
+        END IF;
+        v_offset := v_offset + char_length(v_clause) + coalesce(char_length(v_seps[v_ci]), 0);
     END LOOP;
 
     RETURN coalesce(
