@@ -3,8 +3,9 @@
 The corpus (tests/data/claims_corpus.tsv, labelling rules in tests/data/README.md) holds
 assistant replies in zh and en, each labelled with the set of claim kinds it asserts
 (create, update, delete, done) or `-` when it asserts no completed write. The patterns were
-tuned on it; tests/data/claims_heldout.tsv (--corpus) was never tuned on and tells how they
-do on new text.
+tuned on it, so its figures are training figures; a held-out file written blind (--corpus)
+tells how they do on new text. Measure a held-out file only once: after its misses have been
+read, it is no longer held out.
 
 Both detectors are run on every line with lang NULL (every language's patterns, as
 finalize_reply does when it is not told the language):
@@ -31,7 +32,7 @@ sql/claim_patterns.json when it changed).
     python bench/claims_eval.py --verbose       # list misses, false positives, disagreements
     python bench/claims_eval.py --no-sql        # Python detector only (fast, for tuning)
     python bench/claims_eval.py --json          # the report as JSON on stdout
-    python bench/claims_eval.py --corpus tests/data/claims_heldout.tsv
+    python bench/claims_eval.py --corpus FILE.tsv  # another labelled file, same format
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ sys.modules.setdefault("claims_eval", claims_eval)  # dataclasses look their mod
 _spec.loader.exec_module(claims_eval)
 
 CORPUS = claims_eval.load_corpus(ROOT / "tests" / "data" / "claims_corpus.tsv")
-HELDOUT = claims_eval.load_corpus(ROOT / "tests" / "data" / "claims_heldout.tsv")
 
 
 def sql_detect(db, text, lang=None):
@@ -47,15 +46,14 @@ def test_corpus_shape():
         claims = sum(bool(ln.expected) for ln in lines)
         assert claims >= 50 and len(lines) - claims >= 50, (lang, claims, len(lines))
     assert {k for ln in CORPUS for k in ln.expected} == set(KINDS)
-    texts = [ln.text for ln in CORPUS + HELDOUT]
+    texts = [ln.text for ln in CORPUS]
     assert len(texts) == len(set(texts)), "a reply appears twice"
 
 
 def test_python_and_sql_agree_on_every_line(db):
-    lines = CORPUS + HELDOUT
-    py = claims_eval.python_claims(lines)
-    sql = claims_eval.sql_claims(db, lines)
-    assert claims_eval.disagreements(lines, py, sql) == []
+    py = claims_eval.python_claims(CORPUS)
+    sql = claims_eval.sql_claims(db, CORPUS)
+    assert claims_eval.disagreements(CORPUS, py, sql) == []
 
 
 def test_python_and_sql_agree_with_a_language_given(db):
