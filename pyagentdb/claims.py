@@ -37,15 +37,19 @@ def patterns() -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+# Flag "i" folds ASCII letters only (re.IGNORECASE would also fold İ, ı, ſ, K): the
+# clause is matched lowered, as agentdb.detect_claims does. Lowering keeps offsets.
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
 @lru_cache(maxsize=8)
 def _compiled(lang: str):
     spec = patterns()["languages"][lang]
-    # ASCII case folding, as PostgreSQL's regex does here (Python would also fold İ, ı, ſ, K).
-    flags = re.IGNORECASE | re.ASCII if "i" in spec.get("flags", "") else 0
-    exclude = [re.compile(p, flags) for p in spec["exclude"]]
-    claims = [(c["kind"], re.compile(c["pattern"], flags)) for c in spec["claims"]]
+    fold = "i" in spec.get("flags", "")
+    exclude = [re.compile(p) for p in spec["exclude"]]
+    claims = [(c["kind"], re.compile(c["pattern"])) for c in spec["claims"]]
     script = re.compile(spec["script"]) if spec.get("script") else None
-    return exclude, claims, script
+    return exclude, claims, script, fold
 
 
 def _clauses(text: str):
@@ -71,16 +75,17 @@ def detect_claims(text: str | None, lang: str | None = None) -> list[Claim]:
     for offset, clause in _clauses(text):
         taken: list[tuple[int, int]] = []
         for code in langs:
-            exclude, claims, script = _compiled(code)
+            exclude, claims, script, fold = _compiled(code)
             if script is not None and not script.search(clause):
                 continue  # no word of this language here: none of its claims can match
-            if any(p.search(clause) for p in exclude):
+            subject = clause.translate(_ASCII_LOWER) if fold else clause
+            if any(p.search(subject) for p in exclude):
                 continue
             for kind, pattern in claims:
-                for match in pattern.finditer(clause):
+                for match in pattern.finditer(subject):
                     span = (match.start(), match.end())
                     if span[0] == span[1] or any(s < span[1] and span[0] < e for s, e in taken):
                         continue
                     taken.append(span)
-                    found.append(Claim(kind, match.group(0), offset + span[0], offset + span[1], code))
+                    found.append(Claim(kind, clause[span[0] : span[1]], offset + span[0], offset + span[1], code))
     return sorted(found, key=lambda c: (c.start, c.end))

@@ -6,8 +6,6 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_doc jsonb;
 BEGIN
     IF p_doc IS NULL OR jsonb_typeof(p_doc -> 'languages') <> 'object' THEN
         RAISE EXCEPTION 'claim patterns document has no languages' USING ERRCODE = 'invalid_parameter_value';
@@ -16,24 +14,56 @@ BEGIN
                 WHERE coalesce(l.value ->> 'flags', '') NOT IN ('', 'i')) THEN
         RAISE EXCEPTION 'claim pattern flags must be empty or i' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- Precompute, per language, one alternation of all exclusions and, per kind,
-    -- one of its claim patterns (a guard). A pattern is tried on a clause only
-    -- when its kind's guard matches: most clauses hold no claim, and the few hot
-    -- regexes stay in PostgreSQL's per-session cache of 32 compiled ones.
-    SELECT jsonb_set(p_doc, '{languages}', jsonb_object_agg(l.key, l.value || jsonb_build_object(
-               'any_exclude', (SELECT string_agg('(?:' || e || ')', '|')
-                                 FROM jsonb_array_elements_text(l.value -> 'exclude') AS e),
-               'guards', (SELECT jsonb_object_agg(g.kind, g.re) FROM (
-                              SELECT c ->> 'kind' AS kind, string_agg('(?:' || (c ->> 'pattern') || ')', '|') AS re
-                                FROM jsonb_array_elements(l.value -> 'claims') AS c
-                               GROUP BY c ->> 'kind') AS g))))
-      INTO v_doc
-      FROM jsonb_each(p_doc -> 'languages') AS l;
-    INSERT INTO agentdb_private.claim_rules AS r (id, doc) VALUES (1, v_doc)
+    INSERT INTO agentdb_private.claim_rules AS r (id, doc) VALUES (1, p_doc)
     ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, loaded_at = now()
     WHERE r.doc IS DISTINCT FROM excluded.doc;
+
+    -- Compiled per language: all exclusions in one alternation, and per kind one
+    -- alternation of its patterns (a guard). A pattern is tried on a clause only
+    -- when its kind's guard matches: most clauses hold no claim, and the few hot
+    -- regexes stay in PostgreSQL's per-session cache of 32 compiled ones.
+    DELETE FROM agentdb_private.claim_langs;
+    INSERT INTO agentdb_private.claim_langs
+        (lang, clause_split, flags, script, exclude_re, guard_kinds, guard_res, claim_kinds, claim_res)
+    SELECT
+        l.key,
+        p_doc ->> 'clause_split',
+        coalesce(l.value ->> 'flags', ''),
+        l.value ->> 'script',
+        (SELECT string_agg('(?:' || e.re || ')', '|' ORDER BY e.n)
+           FROM jsonb_array_elements_text(l.value -> 'exclude') WITH ORDINALITY AS e (re, n)),
+        g.kinds,
+        g.res,
+        ARRAY(SELECT c.c ->> 'kind' FROM jsonb_array_elements(l.value -> 'claims') WITH ORDINALITY AS c (c, n)
+               ORDER BY c.n),
+        ARRAY(SELECT c.c ->> 'pattern' FROM jsonb_array_elements(l.value -> 'claims') WITH ORDINALITY AS c (c, n)
+               ORDER BY c.n)
+    FROM jsonb_each(p_doc -> 'languages') AS l
+    CROSS JOIN LATERAL (
+        SELECT array_agg(k.kind ORDER BY k.kind) AS kinds, array_agg(k.re ORDER BY k.kind) AS res
+          FROM (SELECT c ->> 'kind' AS kind, string_agg('(?:' || (c ->> 'pattern') || ')', '|' ORDER BY n) AS re
+                  FROM jsonb_array_elements(l.value -> 'claims') WITH ORDINALITY AS c (c, n)
+                 GROUP BY c ->> 'kind') AS k) AS g;
+
+    -- And as a constant that detect_claims' cached plan holds (the function is
+    -- inlined): reading the table, whose long values are stored out of line,
+    -- would cost more than the detection itself. Replacing the function
+    -- invalidates those plans.
+    EXECUTE format(
+        'CREATE OR REPLACE FUNCTION agentdb_private.claim_langs_compiled() '
+        'RETURNS agentdb_private.claim_langs [] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L', format('SELECT %L::agentdb_private.claim_langs []',
+                        ARRAY(SELECT l FROM agentdb_private.claim_langs AS l ORDER BY l.lang)));
 END
 $$;
+
+-- The compiled patterns as a constant; load_claim_patterns replaces this
+-- empty placeholder with the loaded ones.
+CREATE OR REPLACE FUNCTION agentdb_private.claim_langs_compiled()
+RETURNS agentdb_private.claim_langs []
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+-- No SET clause: that would keep it from being inlined as a constant. Its
+-- body names nothing through the search path.
+AS $$ SELECT '{}'::agentdb_private.claim_langs [] $$;
 
 -- Claims of completed actions in a text: a JSON array of
 -- {kind, text, start, end, lang}, offsets 0-based with end exclusive, exactly
@@ -45,21 +75,18 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_doc jsonb;
-    v_split text;
+    v_rules agentdb_private.claim_langs [];
+    v_rule agentdb_private.claim_langs;
     v_clauses text [];
     v_seps text [];
-    v_langs text [];
-    v_specs jsonb [];
-    v_spec jsonb;
-    v_flags text;
+    v_kinds text [];
     v_li integer;
     v_ci integer;
+    v_pi integer;
     v_offset integer := 1;
     v_clause text;
-    v_claim jsonb;
+    v_subject text;
     v_pattern text;
-    v_kinds text [];
     v_n integer;
     v_ms integer;
     v_me integer;
@@ -69,60 +96,67 @@ BEGIN
     IF model_text IS NULL OR model_text = '' THEN
         RETURN '[]';
     END IF;
-    SELECT r.doc INTO v_doc FROM agentdb_private.claim_rules AS r WHERE r.id = 1;
-    IF v_doc IS NULL THEN
+    v_rules := agentdb_private.claim_langs_compiled();
+    IF lang IS NOT NULL THEN
+        v_rules := ARRAY(SELECT r FROM unnest(v_rules) AS r WHERE r.lang = detect_claims.lang);
+    END IF;
+    IF cardinality(v_rules) = 0 THEN
+        IF lang IS NOT NULL AND cardinality(agentdb_private.claim_langs_compiled()) > 0 THEN
+            RAISE EXCEPTION 'no claim patterns for language %', lang USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         RAISE EXCEPTION 'claim patterns are not loaded'
             USING HINT = 'Run pyagentdb install (it loads sql/claim_patterns.json).',
                   ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    IF lang IS NOT NULL AND NOT v_doc -> 'languages' ? lang THEN
-        RAISE EXCEPTION 'no claim patterns for language %', lang USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    v_langs := CASE WHEN lang IS NULL
-        THEN ARRAY(SELECT k FROM jsonb_object_keys(v_doc -> 'languages') AS k ORDER BY k)
-        ELSE ARRAY[lang] END;
-    v_specs := ARRAY(SELECT v_doc -> 'languages' -> u.k FROM unnest(v_langs) WITH ORDINALITY AS u (k, i) ORDER BY u.i);
 
     -- The clauses between separators, and the separators, each found in one
     -- pass over the text: the same cuts as the Python detector makes.
-    v_split := v_doc ->> 'clause_split';
-    v_clauses := regexp_split_to_array(model_text, v_split);
-    v_seps := ARRAY(SELECT m[1] FROM regexp_matches(model_text, '(' || v_split || ')', 'g') AS m);
+    v_clauses := regexp_split_to_array(model_text, v_rules[1].clause_split);
+    v_seps := ARRAY(SELECT m[1] FROM regexp_matches(model_text, '(' || v_rules[1].clause_split || ')', 'g') AS m);
 
     FOR v_ci IN 1 .. cardinality(v_clauses) LOOP
         v_clause := v_clauses[v_ci];
         IF v_clause <> '' THEN
             v_taken := '{}';
-            FOR v_li IN 1 .. cardinality(v_langs) LOOP
-                v_spec := v_specs[v_li];
-                v_flags := coalesce(v_spec ->> 'flags', '');
+            FOR v_li IN 1 .. cardinality(v_rules) LOOP
+                v_rule := v_rules[v_li];
                 -- A clause without the language's script cannot hold its claims.
-                CONTINUE WHEN v_spec ? 'script' AND NOT regexp_like(v_clause, v_spec ->> 'script');
+                CONTINUE WHEN v_rule.script IS NOT NULL AND NOT regexp_like(v_clause, v_rule.script);
+                -- Flag i folds ASCII letters only, as the Python detector does. The
+                -- clause is lowered instead of passing the flag: PostgreSQL runs a
+                -- case-insensitive regex many times slower.
+                v_subject := CASE WHEN v_rule.flags = 'i'
+                    THEN translate(v_clause, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+                    ELSE v_clause END;
+                CONTINUE WHEN regexp_like(v_subject, v_rule.exclude_re);
                 -- The kinds whose guard matches. Testing for a match is cheap;
                 -- finding positions (regexp_instr) is not, so that comes last.
-                v_kinds := ARRAY(SELECT g.key FROM jsonb_each_text(v_spec -> 'guards') AS g
-                                  WHERE regexp_like(v_clause, g.value, v_flags));
-                CONTINUE WHEN cardinality(v_kinds) = 0
-                    OR regexp_like(v_clause, v_spec ->> 'any_exclude', v_flags);
-                FOR v_claim IN SELECT c FROM jsonb_array_elements(v_spec -> 'claims') AS c
-                                WHERE c ->> 'kind' = ANY (v_kinds) LOOP
-                    v_pattern := v_claim ->> 'pattern';
-                    CONTINUE WHEN NOT regexp_like(v_clause, v_pattern, v_flags);
+                v_kinds := '{}';
+                FOR v_pi IN 1 .. cardinality(v_rule.guard_res) LOOP
+                    IF regexp_like(v_subject, v_rule.guard_res[v_pi]) THEN
+                        v_kinds := v_kinds || v_rule.guard_kinds[v_pi];
+                    END IF;
+                END LOOP;
+                CONTINUE WHEN cardinality(v_kinds) = 0;
+                FOR v_pi IN 1 .. cardinality(v_rule.claim_res) LOOP
+                    CONTINUE WHEN NOT v_rule.claim_kinds[v_pi] = ANY (v_kinds);
+                    v_pattern := v_rule.claim_res[v_pi];
+                    CONTINUE WHEN NOT regexp_like(v_subject, v_pattern);
                     v_n := 1;
                     LOOP
-                        v_ms := regexp_instr(v_clause, v_pattern, 1, v_n, 0, v_flags);
+                        v_ms := regexp_instr(v_subject, v_pattern, 1, v_n, 0);
                         EXIT WHEN v_ms = 0;
-                        v_me := regexp_instr(v_clause, v_pattern, 1, v_n, 1, v_flags);
+                        v_me := regexp_instr(v_subject, v_pattern, 1, v_n, 1);
                         v_n := v_n + 1;
                         CONTINUE WHEN v_me = v_ms
                             OR EXISTS (SELECT 1 FROM unnest(v_taken) AS t (r) WHERE t.r && int4range(v_ms, v_me));
                         v_taken := v_taken || int4range(v_ms, v_me);
                         v_found := v_found || jsonb_build_object(
-                            'kind', v_claim ->> 'kind',
+                            'kind', v_rule.claim_kinds[v_pi],
                             'text', substr(v_clause, v_ms, v_me - v_ms),
                             'start', v_offset + v_ms - 2,
                             'end', v_offset + v_me - 2,
-                            'lang', v_langs[v_li]);
+                            'lang', v_rule.lang);
                     END LOOP;
                 END LOOP;
             END LOOP;
