@@ -87,5 +87,6 @@ def detect_claims(text: str | None, lang: str | None = None) -> list[Claim]:
                     if span[0] == span[1] or any(s < span[1] and span[0] < e for s, e in taken):
                         continue
                     taken.append(span)
-                    found.append(Claim(kind, clause[span[0] : span[1]], offset + span[0], offset + span[1], code))
+                    text = clause[span[0] : span[1]]
+                    found.append(Claim(kind, text, offset + span[0], offset + span[1], code))
     return sorted(found, key=lambda c: (c.start, c.end))

@@ -59,7 +59,7 @@ $$;
 -- The compiled patterns as a constant; load_claim_patterns replaces this
 -- empty placeholder with the loaded ones.
 CREATE OR REPLACE FUNCTION agentdb_private.claim_langs_compiled()
-RETURNS agentdb_private.claim_langs []
+RETURNS agentdb_private.claim_langs[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 -- No SET clause: that would keep it from being inlined as a constant. Its
 -- body names nothing through the search path.
