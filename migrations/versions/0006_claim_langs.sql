@@ -11,7 +11,9 @@ CREATE TABLE agentdb_private.claim_langs (
     script text,
     -- Every exclusion in one alternation: a clause that matches holds no claim.
     exclude_re text,
-    -- Per kind, the alternation of its claim patterns (a cheap first test).
+    -- Per kind, the alternation of its claim patterns: a first test, used where
+    -- the document's "precheck" says it is cheaper than trying each pattern.
+    guarded boolean NOT NULL,
     guard_kinds text[] NOT NULL,
     guard_res text[] NOT NULL,
     -- The claim patterns in the document's order.
