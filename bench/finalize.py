@@ -77,6 +77,8 @@ def run(dsn: str, audit_rows: int, n: int) -> dict:
             "with_commit": [],
             "detected": [],
             "declared": [],
+            "detected_zh": [],
+            "detected_en": [],
         }
         for i in range(n):
             lang = "zh" if i % 2 else "en"
@@ -104,6 +106,8 @@ def run(dsn: str, audit_rows: int, n: int) -> dict:
             commit = (time.perf_counter() - start) * 1000
             timings[verdict["verdict"]].append(elapsed)
             timings["declared" if declared is not None else "detected"].append(elapsed)
+            if declared is None:
+                timings[f"detected_{lang}"].append(elapsed)
             timings["with_commit"].append(elapsed + commit)
             assert verdict["verdict"] == ("replace" if lie else "deliver"), verdict
             start = time.perf_counter()
@@ -121,6 +125,8 @@ def run(dsn: str, audit_rows: int, n: int) -> dict:
         "finalize_reply_with_commit": percentiles(timings["with_commit"]),
         "finalize_reply_detected": percentiles(timings["detected"]),
         "finalize_reply_declared": percentiles(timings["declared"]),
+        "finalize_reply_detected_zh": percentiles(timings["detected_zh"]),
+        "finalize_reply_detected_en": percentiles(timings["detected_en"]),
         "target_p50_ms": 0.5,
     }
 
@@ -150,6 +156,8 @@ def main() -> None:
         "finalize_reply",
         "finalize_reply_detected",
         "finalize_reply_declared",
+        "finalize_reply_detected_zh",
+        "finalize_reply_detected_en",
         "deliver",
         "replace",
         "detect_claims",

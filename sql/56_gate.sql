@@ -180,7 +180,11 @@ DECLARE
     v_verdict text;
     v_text text;
 BEGIN
-    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = finalize_reply.task FOR UPDATE;
+    -- The reply ends the turn: the task is closed (no tool may run in it
+    -- afterwards) and locked against a concurrent finalize_reply, in one statement.
+    UPDATE agentdb_private.tasks AS t SET closed_at = coalesce(t.closed_at, clock_timestamp())
+     WHERE t.id = finalize_reply.task
+    RETURNING * INTO v_task;
     IF NOT FOUND THEN
         INSERT INTO agentdb_private.audit (task_id, action, status, outcome, refusal, detail, payload)
         VALUES (finalize_reply.task, 'reply', 'REFUSED', 'replace', 'unknown_task', 'no such task',
@@ -237,9 +241,6 @@ BEGIN
             jsonb_build_object('model_text', left(model_text, 100000), 'claims', v_claims, 'pending', v_pending));
     -- Either text shows this task's draft summaries: they now count as seen.
     PERFORM agentdb.mark_drafts_shown(v_task.id);
-    -- The reply ends the turn: no tool may run in this task afterwards.
-    UPDATE agentdb_private.tasks AS t SET closed_at = coalesce(t.closed_at, clock_timestamp())
-     WHERE t.id = v_task.id;
 
     RETURN jsonb_build_object('verdict', v_verdict, 'text', v_text, 'pending', v_pending, 'claims', v_claims);
 END
