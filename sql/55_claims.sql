@@ -183,11 +183,13 @@ $$;
 -- Is a claim backed by the task's steps? Only a step that succeeded AND was
 -- verified with the matching effect backs it; "done" needs every step verified.
 -- Steps refused because the task was already closed are not part of the work.
-CREATE OR REPLACE FUNCTION agentdb_private.claim_backed(p_task uuid, p_kind text, p_tool text)
+-- The one definition: finalize_reply calls it directly (it runs as the owner);
+-- pending_claims' readers go through claim_backed below.
+CREATE OR REPLACE FUNCTION agentdb_private.claim_is_backed(p_task uuid, p_kind text, p_tool text)
 RETURNS boolean
 LANGUAGE sql STABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+-- No SET clause (it costs a configuration change per call): only its two
+-- callers, both with a pinned search_path, may execute it.
 AS $$
     SELECT CASE p_kind
         WHEN 'done' THEN coalesce((
@@ -204,6 +206,17 @@ AS $$
                    WHEN 'create' THEN 'insert' WHEN 'update' THEN 'update' WHEN 'delete' THEN 'delete' END
                AND (p_tool IS NULL OR s.tool = p_tool))
     END
+$$;
+
+-- The same, with the owner's rights: views call functions with the reader's
+-- rights, and readers of pending_claims cannot read steps.
+CREATE OR REPLACE FUNCTION agentdb_private.claim_backed(p_task uuid, p_kind text, p_tool text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT agentdb_private.claim_is_backed(p_task, p_kind, p_tool)
 $$;
 
 -- Every claim that no step backs. Any runtime asks this before saying "done".

@@ -220,10 +220,13 @@ BEGIN
     SELECT v_task.id, c ->> 'kind', c ->> 'text', (c ->> 'start')::int, (c ->> 'end')::int, c ->> 'tool', v_source
       FROM jsonb_array_elements(v_claims) AS c;
 
-    SELECT coalesce(jsonb_agg(jsonb_build_object('kind', p.kind, 'text', p.claim_text, 'tool', p.tool)
-                              ORDER BY p.claim_id), '[]')
+    -- The claims just stored that no step backs: what pending_claims shows for
+    -- this task, computed from them directly (the view would read them back).
+    SELECT coalesce(jsonb_agg(jsonb_build_object('kind', c.c ->> 'kind', 'text', c.c ->> 'text', 'tool', c.c ->> 'tool')
+                              ORDER BY c.n), '[]')
       INTO v_pending
-      FROM agentdb.pending_claims AS p WHERE p.task_id = v_task.id;
+      FROM jsonb_array_elements(v_claims) WITH ORDINALITY AS c (c, n)
+     WHERE NOT agentdb_private.claim_is_backed(v_task.id, c.c ->> 'kind', c.c ->> 'tool');
 
     IF jsonb_array_length(v_pending) > 0 THEN
         v_verdict := 'replace';
