@@ -46,6 +46,10 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 def _compiled(lang: str):
     spec = patterns()["languages"][lang]
     fold = "i" in spec.get("flags", "")
+    every = [*spec["exclude"], *(c["pattern"] for c in spec["claims"])]
+    if fold and any(re.search("[A-Z]", p) for p in every):
+        # As agentdb_private.load_claim_patterns refuses it: a lowered clause never matches upper case.
+        raise ValueError(f"a claim pattern of {lang!r} (flag i) has an upper-case letter: use lower case")
     exclude = [re.compile(p) for p in spec["exclude"]]
     claims = [(c["kind"], re.compile(c["pattern"])) for c in spec["claims"]]
     script = re.compile(spec["script"]) if spec.get("script") else None

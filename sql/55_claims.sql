@@ -14,6 +14,18 @@ BEGIN
                 WHERE coalesce(l.value ->> 'flags', '') NOT IN ('', 'i')) THEN
         RAISE EXCEPTION 'claim pattern flags must be empty or i' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- Flag i is applied by lowering the clause's ASCII letters: an upper-case
+    -- letter in such a language's pattern could never match.
+    IF EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'languages') AS l
+                CROSS JOIN LATERAL (
+                    SELECT e AS re FROM jsonb_array_elements_text(l.value -> 'exclude') AS e
+                    UNION ALL
+                    SELECT c ->> 'pattern' FROM jsonb_array_elements(l.value -> 'claims') AS c) AS p
+                WHERE l.value ->> 'flags' = 'i' AND p.re ~ '[A-Z]') THEN
+        RAISE EXCEPTION 'a claim pattern of a language with flag i has an upper-case letter'
+            USING HINT = 'Write such patterns in lower case; escapes such as \S are not in the shared subset.',
+                  ERRCODE = 'invalid_parameter_value';
+    END IF;
     INSERT INTO agentdb_private.claim_rules AS r (id, doc) VALUES (1, p_doc)
     ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, loaded_at = now()
     WHERE r.doc IS DISTINCT FROM excluded.doc;

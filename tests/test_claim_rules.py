@@ -1,0 +1,129 @@
+"""The claim patterns as the database holds them: compiled per language by
+agentdb_private.load_claim_patterns into agentdb_private.claim_langs and into the constant
+that agentdb.detect_claims' cached plans hold. A reload must reach sessions that already
+detected with the old patterns, and a document either engine would read wrongly is refused."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from pyagentdb import claims
+from pyagentdb.claims import patterns
+
+
+def load(conn: psycopg.Connection, doc: dict) -> None:
+    conn.execute("SELECT agentdb_private.load_claim_patterns(%s)", (Jsonb(doc),))
+
+
+def detect(conn: psycopg.Connection, text: str, lang: str | None = None) -> list[dict]:
+    return conn.execute("SELECT agentdb.detect_claims(%s, %s)", (text, lang)).fetchone()[0]
+
+
+def test_compiled_rows_follow_the_document(db):
+    doc = patterns()
+    rows = {r[0]: r[1:] for r in db.execute(
+        "SELECT lang, flags, guarded, guard_kinds, claim_kinds, cardinality(claim_res)"
+        " FROM agentdb_private.claim_langs ORDER BY lang")}
+    assert sorted(rows) == sorted(doc["languages"])
+    for lang, spec in doc["languages"].items():
+        flags, guarded, guard_kinds, claim_kinds, n = rows[lang]
+        assert flags == spec.get("flags", "")
+        assert guarded == bool(spec.get("precheck", False))
+        assert claim_kinds == [c["kind"] for c in spec["claims"]]
+        assert n == len(spec["claims"])
+        assert guard_kinds == sorted({c["kind"] for c in spec["claims"]})
+    # The constant detect_claims reads holds the same rows as the table.
+    same = db.execute(
+        "SELECT agentdb_private.claim_langs_compiled()"
+        " = ARRAY(SELECT l FROM agentdb_private.claim_langs AS l ORDER BY l.lang)").fetchone()[0]
+    assert same
+
+
+def test_a_reload_reaches_a_session_that_already_detected(db, dsn):
+    other = psycopg.connect(dsn, autocommit=True)
+    try:
+        text = "I've booked the court for Friday."
+        # Warm the other session: its plans now hold the loaded patterns.
+        for _ in range(3):
+            assert [c["kind"] for c in detect(other, text)] == ["create"]
+        narrowed = copy.deepcopy(patterns())
+        en = narrowed["languages"]["en"]
+        en["claims"] = [c for c in en["claims"] if c["kind"] != "create"]
+        load(db, narrowed)
+        assert detect(other, text) == []
+        load(db, patterns())
+        assert [c["kind"] for c in detect(other, text)] == ["create"]
+    finally:
+        other.close()
+
+
+def test_a_reload_with_an_unchanged_document_keeps_the_answers(db):
+    text = "好的，已为您设置明天早上8点的提醒。I've also moved the meeting to 3pm."
+    before = detect(db, text)
+    load(db, patterns())
+    assert detect(db, text) == before
+    assert before == [c.as_dict() for c in claims.detect_claims(text)]
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["languages"]["en"].__setitem__("flags", "x"), "flags must be empty or i"),
+    (lambda d: d["languages"]["en"]["claims"][0].__setitem__("pattern", "I've BOOKED"), "upper-case letter"),
+    (lambda d: d["languages"]["en"]["exclude"].append("NOT"), "upper-case letter"),
+    (lambda d: d.__setitem__("languages", []), "has no languages"),
+])
+def test_a_document_either_engine_would_misread_is_refused(db, mutate, message):
+    doc = copy.deepcopy(patterns())
+    mutate(doc)
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match=message):
+        load(db, doc)
+    # Nothing changed: the loaded patterns still answer.
+    assert [c["kind"] for c in detect(db, "I've booked it.")] == ["create"]
+
+
+def test_python_refuses_an_upper_case_pattern_too(monkeypatch):
+    doc = copy.deepcopy(patterns())
+    doc["languages"]["en"]["claims"][0]["pattern"] = "BOOKED"
+    monkeypatch.setattr(claims, "patterns", lambda: doc)
+    claims._compiled.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="upper-case letter"):
+            claims.detect_claims("BOOKED it", "en")
+    finally:
+        claims._compiled.cache_clear()
+
+
+def test_not_loaded_is_a_clear_error(db):
+    db.execute("DELETE FROM agentdb_private.claim_langs")
+    db.execute("SELECT agentdb_private.claim_langs_compiled()")  # still the loaded constant
+    # Dropping the constant back to the placeholder is what a sql/ re-apply without a load does.
+    db.execute(
+        "CREATE OR REPLACE FUNCTION agentdb_private.claim_langs_compiled()"
+        " RETURNS agentdb_private.claim_langs[] LANGUAGE sql IMMUTABLE"
+        " AS $$ SELECT '{}'::agentdb_private.claim_langs[] $$")
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="not loaded") as err:
+        detect(db, "I've booked it.")
+    assert "pyagentdb install" in (err.value.diag.message_hint or "")
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+        detect(db, "I've booked it.", "en")
+
+
+def test_unknown_language_after_a_load(db):
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="no claim patterns for language xx"):
+        detect(db, "hello", "xx")
+
+
+def test_separators_and_offsets_over_many_clauses(db):
+    # Offsets are counted over clauses and the separators between them (found in one pass).
+    text = "。".join(["还有别的需要吗"] * 30 + ["已为您取消周五的预约"])
+    text += "! Done: moved it to 5pm and all set."
+    got = detect(db, text)
+    assert got == [c.as_dict() for c in claims.detect_claims(text)]
+    for c in got:
+        assert text[c["start"]:c["end"]] == c["text"]
+    assert {c["kind"] for c in got} >= {"delete", "done"}
+    assert json.dumps(got, ensure_ascii=False)
