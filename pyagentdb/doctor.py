@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 
-from . import install
+from . import install, resources
 
 ROLES = ("agentdb_app", "agentdb_agent", "agentdb_auditor", "agentdb_sql_writer")
 
@@ -54,6 +56,7 @@ def check(conn: psycopg.Connection) -> dict:
             report["watched_tables"] = [
                 r[0] for r in conn.execute("SELECT * FROM agentdb.watched").fetchall()
             ]
+        problems += _claim_pattern_problems(conn, report)
         if report.get("stale_running_tasks"):
             problems.append(
                 f"{report['stale_running_tasks']} task(s) running for over an hour: "
@@ -64,3 +67,21 @@ def check(conn: psycopg.Connection) -> dict:
     report["problems"] = problems
     report["ok"] = not problems
     return report
+
+
+def _claim_pattern_problems(conn: psycopg.Connection, report: dict) -> list[str]:
+    """The database must detect claims with this package's patterns: pyagentdb.detect_claims
+    reads them from the package, agentdb.detect_claims from what was last loaded."""
+    if conn.execute("SELECT to_regclass('agentdb_private.claim_rules')").fetchone()[0] is None:
+        return []
+    row = conn.execute("SELECT doc FROM agentdb_private.claim_rules WHERE id = 1").fetchone()
+    package = json.loads(resources.claim_patterns_text())
+    report["claim_patterns_version"] = row[0].get("version") if row else None
+    if row is None:
+        return ["claim patterns are not loaded: run `pyagentdb install`"]
+    if row[0] != package:
+        return [
+            "the database's claim patterns differ from this package's, so agentdb.detect_claims and "
+            "pyagentdb.detect_claims may disagree: run `pyagentdb install --force`"
+        ]
+    return []

@@ -127,3 +127,18 @@ def test_separators_and_offsets_over_many_clauses(db):
         assert text[c["start"]:c["end"]] == c["text"]
     assert {c["kind"] for c in got} >= {"delete", "done"}
     assert json.dumps(got, ensure_ascii=False)
+
+
+def test_doctor_tells_when_the_database_detects_with_other_patterns(db):
+    from pyagentdb import doctor
+
+    assert not [p for p in doctor.check(db)["problems"] if "claim patterns" in p]
+    narrowed = copy.deepcopy(patterns())
+    narrowed["languages"]["en"]["claims"].pop()
+    load(db, narrowed)
+    problems = [p for p in doctor.check(db)["problems"] if "claim patterns" in p]
+    assert problems and "pyagentdb install --force" in problems[0]
+    load(db, patterns())
+    report = doctor.check(db)
+    assert not [p for p in report["problems"] if "claim patterns" in p]
+    assert report["claim_patterns_version"] == patterns()["version"]
