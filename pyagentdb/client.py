@@ -18,6 +18,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from . import resources
+
 OUTCOMES = (
     "success",
     "refused",
@@ -101,8 +103,13 @@ class Task:
 class Client:
     """Calls the agentdb SQL API over a psycopg Connection or a psycopg_pool pool."""
 
-    def __init__(self, conn_or_pool: Any):
+    def __init__(self, conn_or_pool: Any, *, detect_claims_here: bool = True):
+        """detect_claims_here: the gate finds a reply's claims in Python when the database holds
+        the same patterns (False: the database always detects them)."""
         self._source = conn_or_pool
+        self.detect_claims_here = detect_claims_here
+        self._claim_fingerprint: str | None = None
+        self._claim_fingerprint_known = False
 
     @contextmanager
     def _cursor(self) -> Iterator[psycopg.Cursor]:
@@ -216,6 +223,18 @@ class Client:
         from .gate import Gate
 
         return Gate(self).finalize(task, model_text, claims)
+
+    def claim_patterns_fingerprint(self, *, refresh: bool = False) -> str | None:
+        """The fingerprint of the database's claim patterns if they are this package's, else None.
+
+        Asked once and remembered: with it, the gate detects claims here, with the same
+        patterns, and the database skips its own detection (see Gate.finalize)."""
+        if refresh or not self._claim_fingerprint_known:
+            self._claim_fingerprint = self._scalar(
+                "SELECT agentdb.claim_patterns_fingerprint(%s::jsonb)", (resources.claim_patterns_text(),)
+            )
+            self._claim_fingerprint_known = True
+        return self._claim_fingerprint
 
     def pending_claims(self, task: uuid.UUID | str) -> list[dict]:
         with self._cursor() as cur:

@@ -1,8 +1,10 @@
 """The exit gate from Python: ask the database whether a reply may be delivered.
 
-Python only passes the text along; agentdb.finalize_reply detects the claims,
-checks them against the task's verified steps and, if any is not backed,
-returns an honest replacement built from the database's own record.
+agentdb.finalize_reply checks the reply's claims against the task's verified steps
+and, if any is not backed, returns an honest replacement built from the database's
+own record. The claims are found here, by pyagentdb.detect_claims, when the database
+holds the same patterns (it answers to their fingerprint): the same claims the
+database would find, without its regex work. Otherwise the database detects them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,11 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from .claims import detect_claims
+
+# finalize_reply detects claims in the first 100,000 characters of a reply.
+MAX_TEXT = 100_000
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -21,6 +28,7 @@ class Verdict:
     pending: list[dict] = field(default_factory=list)
     claims: list[dict] = field(default_factory=list)
     repeated: bool = False
+    claims_from: str | None = None  # "runtime", "database" or "declared": who found the claims
 
     @property
     def replaced(self) -> bool:
@@ -34,6 +42,7 @@ class Verdict:
             pending=list(data.get("pending") or []),
             claims=list(data.get("claims") or []),
             repeated=bool(data.get("repeated")),
+            claims_from=data.get("claims_from"),
         )
 
 
@@ -43,9 +52,30 @@ class Gate:
     def __init__(self, client):
         self.client = client
 
-    def finalize(self, task: uuid.UUID | str, model_text: str, claims: list[dict] | None = None) -> Verdict:
+    def finalize(
+        self,
+        task: uuid.UUID | str,
+        model_text: str,
+        claims: list[dict] | None = None,
+        *,
+        detect_here: bool | None = None,
+    ) -> Verdict:
+        """claims: declared claims, if the runtime knows what the reply claims; None to detect them
+        (here, unless detect_here or the client's detect_claims_here says no)."""
+        arg = Jsonb(claims) if claims is not None else None
+        fingerprint = None
+        if detect_here is None:
+            detect_here = getattr(self.client, "detect_claims_here", True)
+        if claims is None and detect_here and model_text:
+            fingerprint = self.client.claim_patterns_fingerprint()
+        if fingerprint:
+            # The database detects in at most this many characters, and so must we.
+            found = [c.as_dict() for c in detect_claims(model_text[:MAX_TEXT])]
+            arg = Jsonb({"patterns": fingerprint, "claims": found})
         data = self.client._scalar(
-            "SELECT agentdb.finalize_reply(%s::uuid, %s, %s)",
-            (str(task), model_text, Jsonb(claims) if claims is not None else None),
+            "SELECT agentdb.finalize_reply(%s::uuid, %s, %s)", (str(task), model_text, arg)
         )
+        if fingerprint and data.get("claims_from") == "database":
+            # The patterns were reloaded since we asked: ask again next time.
+            self.client.claim_patterns_fingerprint(refresh=True)
         return Verdict.from_json(data)

@@ -26,9 +26,9 @@ BEGIN
             USING HINT = 'Write such patterns in lower case; escapes such as \S are not in the shared subset.',
                   ERRCODE = 'invalid_parameter_value';
     END IF;
-    INSERT INTO agentdb_private.claim_rules AS r (id, doc) VALUES (1, p_doc)
-    ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, loaded_at = now()
-    WHERE r.doc IS DISTINCT FROM excluded.doc;
+    INSERT INTO agentdb_private.claim_rules AS r (id, doc, fingerprint) VALUES (1, p_doc, md5(p_doc::text))
+    ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, fingerprint = excluded.fingerprint, loaded_at = now()
+    WHERE r.doc IS DISTINCT FROM excluded.doc OR r.fingerprint IS DISTINCT FROM excluded.fingerprint;
 
     -- Compiled per language: all exclusions in one alternation, and per kind one
     -- alternation of its patterns (a guard). A pattern is tried on a clause only
@@ -192,6 +192,21 @@ BEGIN
 END
 $$;
 
+-- The loaded patterns' fingerprint, if `doc` is the loaded document (NULL
+-- asks for it unconditionally). A runtime that detects claims itself from the
+-- same document (pyagentdb.detect_claims) passes its claims to finalize_reply
+-- with this fingerprint; after a reload the fingerprint no longer matches and
+-- the database detects again.
+CREATE OR REPLACE FUNCTION agentdb.claim_patterns_fingerprint(doc jsonb DEFAULT NULL)
+RETURNS text
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT r.fingerprint FROM agentdb_private.claim_rules AS r
+     WHERE r.id = 1 AND (claim_patterns_fingerprint.doc IS NULL OR r.doc = claim_patterns_fingerprint.doc)
+$$;
+
 -- Is a claim backed by the task's steps? Only a step that succeeded AND was
 -- verified with the matching effect backs it; "done" needs every step verified.
 -- Steps refused because the task was already closed are not part of the work.
@@ -250,6 +265,7 @@ INNER JOIN agentdb_private.tasks AS t ON c.task_id = t.id
 WHERE NOT agentdb_private.claim_backed(c.task_id, c.kind, c.tool);
 
 GRANT EXECUTE ON FUNCTION agentdb.detect_claims(text, text) TO agentdb_app, agentdb_agent, agentdb_auditor;
+GRANT EXECUTE ON FUNCTION agentdb.claim_patterns_fingerprint(jsonb) TO agentdb_app;
 GRANT SELECT ON agentdb.pending_claims TO agentdb_app, agentdb_auditor;
 -- Views call functions with the reader's rights: readers of pending_claims need this.
 GRANT EXECUTE ON FUNCTION agentdb_private.claim_backed(uuid, text, text) TO agentdb_app, agentdb_auditor;

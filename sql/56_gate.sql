@@ -176,6 +176,7 @@ DECLARE
     v_prior agentdb_private.replies;
     v_claims jsonb;
     v_source text;
+    v_detected_by text := 'database';
     v_pending jsonb;
     v_verdict text;
     v_text text;
@@ -211,7 +212,28 @@ BEGIN
                    'tool', CASE WHEN jsonb_typeof(c) = 'object' THEN left(c ->> 'tool', 200) END)), '[]')
           INTO v_claims
           FROM jsonb_array_elements(finalize_reply.claims) AS c;
+    ELSIF jsonb_typeof(finalize_reply.claims -> 'claims') = 'array'
+        AND finalize_reply.claims ->> 'patterns' = (
+            SELECT r.fingerprint FROM agentdb_private.claim_rules AS r WHERE r.id = 1) THEN
+        -- Detected by the runtime with the very patterns loaded here, so the
+        -- same claims this database would find (the detectors agree line by
+        -- line), without the regex work here. Their shape is still checked.
+        v_source := 'detected';
+        v_detected_by := 'runtime';
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'kind', CASE WHEN c ->> 'kind' IN ('create', 'update', 'delete', 'done') THEN c ->> 'kind'
+                                ELSE 'done' END,
+                   'text', left(c ->> 'text', 500),
+                   'start', CASE WHEN jsonb_typeof(c -> 'start') = 'number'
+                                  AND (c -> 'start')::numeric BETWEEN 0 AND 100000 THEN (c -> 'start')::numeric::int END,
+                   'end', CASE WHEN jsonb_typeof(c -> 'end') = 'number'
+                                AND (c -> 'end')::numeric BETWEEN 0 AND 100000 THEN (c -> 'end')::numeric::int END,
+                   'lang', left(c ->> 'lang', 16)) ORDER BY n), '[]')
+          INTO v_claims
+          FROM jsonb_array_elements(finalize_reply.claims -> 'claims') WITH ORDINALITY AS x (c, n);
     ELSE
+        -- NULL, or a runtime's claims detected with other patterns than the
+        -- loaded ones: detect here.
         v_source := 'detected';
         v_claims := agentdb.detect_claims(left(model_text, 100000), NULL);
     END IF;
@@ -241,11 +263,13 @@ BEGIN
     INSERT INTO agentdb_private.audit (task_id, user_id, action, status, outcome, detail, payload)
     VALUES (v_task.id, v_task.user_id, 'reply', CASE WHEN v_verdict = 'deliver' THEN 'SUCCESS' ELSE 'REFUSED' END,
             v_verdict, format('%s claim(s), %s pending', jsonb_array_length(v_claims), jsonb_array_length(v_pending)),
-            jsonb_build_object('model_text', left(model_text, 100000), 'claims', v_claims, 'pending', v_pending));
+            jsonb_build_object('model_text', left(model_text, 100000), 'claims', v_claims, 'pending', v_pending,
+                               'claims_from', CASE WHEN v_source = 'declared' THEN 'declared' ELSE v_detected_by END));
     -- Either text shows this task's draft summaries: they now count as seen.
     PERFORM agentdb.mark_drafts_shown(v_task.id);
 
-    RETURN jsonb_build_object('verdict', v_verdict, 'text', v_text, 'pending', v_pending, 'claims', v_claims);
+    RETURN jsonb_build_object('verdict', v_verdict, 'text', v_text, 'pending', v_pending, 'claims', v_claims,
+                              'claims_from', CASE WHEN v_source = 'declared' THEN 'declared' ELSE v_detected_by END);
 END
 $$;
 

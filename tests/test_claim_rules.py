@@ -10,6 +10,7 @@ import json
 
 import psycopg
 import pytest
+from helpers import begin
 from psycopg.types.json import Jsonb
 
 from pyagentdb import claims
@@ -142,3 +143,101 @@ def test_doctor_tells_when_the_database_detects_with_other_patterns(db):
     report = doctor.check(db)
     assert not [p for p in report["problems"] if "claim patterns" in p]
     assert report["claim_patterns_version"] == patterns()["version"]
+
+
+# -- claims detected by the runtime, passed with the patterns' fingerprint ----------------
+
+LIE = "Sure, I've set a reminder for 8am tomorrow."
+
+
+def fingerprint(conn, doc=None):
+    return conn.execute("SELECT agentdb.claim_patterns_fingerprint(%s)",
+                        (Jsonb(doc) if doc is not None else None,)).fetchone()[0]
+
+
+def finalize(conn, task, text, claims_arg):
+    return conn.execute("SELECT agentdb.finalize_reply(%s, %s, %s)",
+                        (task, text, Jsonb(claims_arg) if claims_arg is not None else None)).fetchone()[0]
+
+
+def test_fingerprint_names_the_loaded_document_only(db):
+    fp = fingerprint(db, patterns())
+    assert fp and fp == fingerprint(db)
+    other = copy.deepcopy(patterns())
+    other["languages"]["en"]["claims"].pop()
+    assert fingerprint(db, other) is None
+    load(db, other)
+    assert fingerprint(db, other) not in (None, fp)
+    assert fingerprint(db, patterns()) is None
+
+
+def test_runtime_claims_with_the_fingerprint_are_used_as_detected(reminders):
+    task = begin(reminders, lang="en")
+    found = [c.as_dict() for c in claims.detect_claims(LIE)]
+    verdict = finalize(reminders, task, LIE, {"patterns": fingerprint(reminders), "claims": found})
+    assert verdict["claims_from"] == "runtime" and verdict["verdict"] == "replace"
+    assert verdict["claims"] == found
+    stored = reminders.execute(
+        "SELECT kind, claim_text, span_start, span_end, source FROM agentdb_private.claims"
+        " WHERE task_id = %s", (task,)).fetchall()
+    assert stored == [(c["kind"], c["text"], c["start"], c["end"], "detected") for c in found]
+    payload = reminders.execute(
+        "SELECT payload FROM agentdb_private.audit WHERE task_id = %s AND action = 'reply'",
+        (task,)).fetchone()[0]
+    assert payload["claims_from"] == "runtime"
+
+
+@pytest.mark.parametrize("stale", [
+    "not-the-fingerprint",
+    None,
+    "",
+])
+def test_a_runtime_with_other_patterns_cannot_hide_a_claim(reminders, stale):
+    task = begin(reminders, lang="en")
+    # A runtime that found nothing, with the wrong fingerprint: the database detects itself.
+    verdict = finalize(reminders, task, LIE, {"patterns": stale, "claims": []})
+    assert verdict["claims_from"] == "database"
+    assert verdict["verdict"] == "replace" and [p["kind"] for p in verdict["pending"]] == ["create"]
+
+
+@pytest.mark.parametrize("junk", [
+    [{"kind": "teleport", "start": "x", "end": 1e300, "text": 5, "lang": {"a": 1}}],
+    ["just a string", 42, None, [1, 2]],
+    [{"kind": "create", "start": -3, "end": 2.7, "text": "y" * 10_000}],
+])
+def test_odd_runtime_claims_are_normalised_not_an_error(reminders, junk):
+    task = begin(reminders, lang="en")
+    verdict = finalize(reminders, task, LIE, {"patterns": fingerprint(reminders), "claims": junk})
+    assert verdict["claims_from"] == "runtime" and verdict["verdict"] == "replace"
+    for c in verdict["claims"]:
+        assert c["kind"] in claims.KINDS
+        assert c["start"] is None or 0 <= c["start"] <= 100_000
+        assert c["text"] is None or len(c["text"]) <= 500
+
+
+def test_only_the_runtime_role_asks_for_the_fingerprint(db, role_connect):
+    assert fingerprint(role_connect("agentdb_app"), patterns())
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        fingerprint(role_connect("agentdb_agent"))
+
+
+def test_the_python_gate_detects_here_and_follows_a_reload(reminders):
+    from pyagentdb import Client
+
+    client = Client(reminders)
+    first = client.finalize_reply(begin(reminders, lang="en", conversation="a"), LIE)
+    assert first.claims_from == "runtime" and first.replaced
+    # The database's patterns change under a running client: it falls back, then asks again.
+    other = copy.deepcopy(patterns())
+    other["languages"]["en"]["claims"].pop()
+    load(reminders, other)
+    second = client.finalize_reply(begin(reminders, lang="en", conversation="b"), LIE)
+    assert second.claims_from == "database" and second.replaced
+    assert client.claim_patterns_fingerprint() is None  # refreshed: these are not the package's
+    third = client.finalize_reply(begin(reminders, lang="en", conversation="c"), LIE)
+    assert third.claims_from == "database"
+    load(reminders, patterns())
+    assert client.claim_patterns_fingerprint(refresh=True)
+    assert client.finalize_reply(begin(reminders, lang="en", conversation="d"), LIE).claims_from == "runtime"
+    off = Client(reminders, detect_claims_here=False)
+    assert off.finalize_reply(begin(reminders, lang="en", conversation="e"), LIE).claims_from == "database"

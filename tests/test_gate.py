@@ -18,8 +18,11 @@ INTERNAL = re.compile(
 )
 
 
-@pytest.fixture
-def client(reminders):
+@pytest.fixture(params=["detected_here", "detected_in_db"])
+def client(request, reminders):
+    # Every gate test runs twice: claims found by pyagentdb.detect_claims and passed with the
+    # patterns' fingerprint, and claims found by agentdb.detect_claims.
+    here = request.param == "detected_here"
     reminders.execute("""
         CREATE FUNCTION public.reminder_clash(p_user text, p_args jsonb) RETURNS jsonb
         LANGUAGE sql AS $$
@@ -37,7 +40,7 @@ def client(reminders):
         SELECT agentdb.register_tool(name => 'add_note', action => 'insert', target => 'public.notes',
             label_zh => '记一条笔记', label_en => 'save a note', owner_column => 'user_id');
     """)
-    return Client(reminders)
+    return Client(reminders, detect_claims_here=here)
 
 
 def begin(client, lang, user="u1", authenticated=True):
@@ -90,6 +93,7 @@ OUTCOMES = [
 def test_lying_reply_is_replaced_unless_backed(client, outcome, lang):
     task, calls = prepare(client, outcome, lang)
     result = not_created_reporter(calls, LIE[lang]).run(client, task)
+    assert result.verdict.claims_from == ("runtime" if client.detect_claims_here else "database")
     if outcome == "success":
         assert result.verdict.verdict == "deliver" and result.verdict.text == LIE[lang]
         return

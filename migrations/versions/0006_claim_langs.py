@@ -1,4 +1,5 @@
-"""Claim patterns compiled per language for agentdb.detect_claims.
+"""Claim patterns compiled per language for agentdb.detect_claims, and the loaded
+document's fingerprint.
 
 Revision ID: 0006
 Revises: 0005
@@ -21,3 +22,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("DROP TABLE IF EXISTS agentdb_private.claim_langs CASCADE")
+    op.execute("ALTER TABLE agentdb_private.claim_rules DROP COLUMN IF EXISTS fingerprint")

@@ -27,3 +27,7 @@ ALTER TABLE agentdb_private.claim_langs
 ALTER COLUMN exclude_re SET STORAGE EXTERNAL,
 ALTER COLUMN guard_res SET STORAGE EXTERNAL,
 ALTER COLUMN claim_res SET STORAGE EXTERNAL;
+
+-- A fingerprint of the loaded document: a runtime that detects claims itself
+-- with the same patterns says so with it (agentdb.claim_patterns_fingerprint).
+ALTER TABLE agentdb_private.claim_rules ADD COLUMN fingerprint text;
