@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+import regex
+
 from . import resources
 
 KINDS = ("create", "update", "delete", "done")
@@ -42,6 +44,12 @@ def patterns() -> dict:
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
+def _posix(pattern: str):
+    """Leftmost-longest, as PostgreSQL's regex engine matches: where a pattern's alternatives
+    could end in different places, Python's re would take the first that matches."""
+    return regex.compile(pattern, flags=regex.POSIX | regex.VERSION0)
+
+
 @lru_cache(maxsize=8)
 def _compiled(lang: str):
     spec = patterns()["languages"][lang]
@@ -50,17 +58,22 @@ def _compiled(lang: str):
     if fold and any(re.search("[A-Z]", p) for p in every):
         # As agentdb_private.load_claim_patterns refuses it: a lowered clause never matches upper case.
         raise ValueError(f"a claim pattern of {lang!r} (flag i) has an upper-case letter: use lower case")
+    # Exclusions and the script are only tested for a match: where it ends does not matter.
     exclude = [re.compile(p) for p in spec["exclude"]]
-    claims = [(c["kind"], re.compile(c["pattern"])) for c in spec["claims"]]
+    claims = [(c["kind"], _posix(c["pattern"])) for c in spec["claims"]]
     script = re.compile(spec["script"]) if spec.get("script") else None
     return exclude, claims, script, fold
 
 
+@lru_cache(maxsize=1)
+def _split():
+    return _posix(patterns()["clause_split"])
+
+
 def _clauses(text: str):
     """(start, clause) pieces of text between clause separators."""
-    split = re.compile(patterns()["clause_split"])
     pos = 0
-    for sep in split.finditer(text):
+    for sep in _split().finditer(text):
         if sep.start() > pos:
             yield pos, text[pos : sep.start()]
         pos = max(sep.end(), pos + 1) if sep.end() == sep.start() else sep.end()
@@ -72,11 +85,14 @@ def detect_claims(text: str | None, lang: str | None = None) -> list[Claim]:
     """Claims of completed actions in `text`; `lang` 'zh', 'en' or None for every language."""
     if not text:
         return []
-    langs = [lang] if lang else sorted(patterns()["languages"])
-    if lang and lang not in patterns()["languages"]:
+    if lang is not None and lang not in patterns()["languages"]:
         raise ValueError(f"no claim patterns for language {lang!r}")
+    langs = [lang] if lang is not None else sorted(patterns()["languages"])
+    max_clause = patterns().get("max_clause")
     found: list[Claim] = []
-    for offset, clause in _clauses(text):
+    for offset, whole in _clauses(text):
+        # Only the clause's first max_clause characters are searched, as in SQL.
+        clause = whole[:max_clause] if max_clause else whole
         taken: list[tuple[int, int]] = []
         for code in langs:
             exclude, claims, script, fold = _compiled(code)

@@ -9,6 +9,7 @@ refusals come back as receipts, not exceptions.
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import errors
 from psycopg.types.json import Jsonb
 
-from . import resources
+from .claims import patterns as claim_patterns
 
 OUTCOMES = (
     "success",
@@ -230,9 +232,15 @@ class Client:
         Asked once and remembered: with it, the gate detects claims here, with the same
         patterns, and the database skips its own detection (see Gate.finalize)."""
         if refresh or not self._claim_fingerprint_known:
-            self._claim_fingerprint = self._scalar(
-                "SELECT agentdb.claim_patterns_fingerprint(%s::jsonb)", (resources.claim_patterns_text(),)
-            )
+            try:
+                # The document this process detects with (read once), not the file as it is now.
+                self._claim_fingerprint = self._scalar(
+                    "SELECT agentdb.claim_patterns_fingerprint(%s::jsonb)", (json.dumps(claim_patterns()),)
+                )
+            except (errors.UndefinedFunction, errors.UndefinedColumn, errors.InsufficientPrivilege):
+                # An older schema, or a role without it: the database detects (the failed
+                # probe was rolled back on its own, in a savepoint inside a caller's transaction).
+                self._claim_fingerprint = None
             self._claim_fingerprint_known = True
         return self._claim_fingerprint
 

@@ -6,13 +6,46 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_problem text;
+    v_re text;
 BEGIN
-    IF p_doc IS NULL OR jsonb_typeof(p_doc -> 'languages') <> 'object' THEN
-        RAISE EXCEPTION 'claim patterns document has no languages' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'languages') AS l
-                WHERE coalesce(l.value ->> 'flags', '') NOT IN ('', 'i')) THEN
-        RAISE EXCEPTION 'claim pattern flags must be empty or i' USING ERRCODE = 'invalid_parameter_value';
+    -- A document either detector would read wrongly, or that would make every
+    -- later detection fail, is refused here, before anything is replaced.
+    v_problem := CASE
+        WHEN p_doc IS NULL OR jsonb_typeof(p_doc -> 'languages') IS DISTINCT FROM 'object'
+            OR NOT EXISTS (SELECT 1 FROM jsonb_object_keys(p_doc -> 'languages'))
+            THEN 'claim patterns document has no languages'
+        WHEN jsonb_typeof(p_doc -> 'clause_split') IS DISTINCT FROM 'string'
+            THEN 'clause_split must be a regex string'
+        WHEN p_doc ? 'max_clause' AND NOT (jsonb_typeof(p_doc -> 'max_clause') = 'number'
+                                          AND (p_doc ->> 'max_clause')::numeric BETWEEN 1 AND 100000)
+            THEN 'max_clause must be a number from 1 to 100000'
+        WHEN EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'languages') AS l
+                      WHERE jsonb_typeof(l.value) <> 'object'
+                         OR jsonb_typeof(l.value -> 'claims') IS DISTINCT FROM 'array'
+                         OR jsonb_array_length(l.value -> 'claims') = 0
+                         OR jsonb_typeof(l.value -> 'exclude') IS DISTINCT FROM 'array'
+                         OR (l.value ? 'script' AND jsonb_typeof(l.value -> 'script') <> 'string')
+                         OR (l.value ? 'precheck' AND jsonb_typeof(l.value -> 'precheck') <> 'boolean'))
+            THEN 'each language needs a non-empty claims array, an exclude array, and a string script '
+                 || 'and boolean precheck if given'
+        WHEN EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'languages') AS l
+                      WHERE coalesce(l.value ->> 'flags', '') NOT IN ('', 'i'))
+            THEN 'claim pattern flags must be empty or i'
+        WHEN EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'languages') AS l,
+                                   jsonb_array_elements(l.value -> 'claims') AS c
+                      WHERE jsonb_typeof(c) <> 'object'
+                         OR c ->> 'kind' IS NULL OR c ->> 'kind' NOT IN ('create', 'update', 'delete', 'done')
+                         OR jsonb_typeof(c -> 'pattern') IS DISTINCT FROM 'string')
+            THEN 'each claim needs a kind (create, update, delete or done) and a pattern string'
+        WHEN EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'languages') AS l,
+                                   jsonb_array_elements(l.value -> 'exclude') AS e
+                      WHERE jsonb_typeof(e) <> 'string')
+            THEN 'each exclusion must be a pattern string'
+    END;
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION '%', v_problem USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- Flag i is applied by lowering the clause's ASCII letters: an upper-case
     -- letter in such a language's pattern could never match.
@@ -26,7 +59,31 @@ BEGIN
             USING HINT = 'Write such patterns in lower case; escapes such as \S are not in the shared subset.',
                   ERRCODE = 'invalid_parameter_value';
     END IF;
-    INSERT INTO agentdb_private.claim_rules AS r (id, doc, fingerprint) VALUES (1, p_doc, md5(p_doc::text))
+    -- Every regex must compile, and the separator must not match an empty
+    -- string (the two detectors would cut such a text differently).
+    FOR v_re IN
+        SELECT p_doc ->> 'clause_split'
+        UNION ALL
+        SELECT x.re FROM jsonb_each(p_doc -> 'languages') AS l
+        CROSS JOIN LATERAL (
+            SELECT l.value ->> 'script' AS re
+            UNION ALL SELECT e FROM jsonb_array_elements_text(l.value -> 'exclude') AS e
+            UNION ALL SELECT c ->> 'pattern' FROM jsonb_array_elements(l.value -> 'claims') AS c) AS x
+        WHERE x.re IS NOT NULL
+    LOOP
+        BEGIN
+            PERFORM regexp_like('', v_re);
+        EXCEPTION WHEN invalid_regular_expression THEN
+            RAISE EXCEPTION 'claim pattern is not a valid regex: %', left(v_re, 200)
+                USING DETAIL = SQLERRM, ERRCODE = 'invalid_parameter_value';
+        END;
+    END LOOP;
+    IF regexp_like('', p_doc ->> 'clause_split') THEN
+        RAISE EXCEPTION 'clause_split matches an empty string' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    INSERT INTO agentdb_private.claim_rules AS r (id, doc, fingerprint)
+    VALUES (1, p_doc, encode(sha256(convert_to(p_doc::text, 'UTF8')), 'hex'))
     ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, fingerprint = excluded.fingerprint, loaded_at = now()
     WHERE r.doc IS DISTINCT FROM excluded.doc OR r.fingerprint IS DISTINCT FROM excluded.fingerprint;
 
@@ -36,10 +93,12 @@ BEGIN
     -- regexes stay in PostgreSQL's per-session cache of 32 compiled ones.
     DELETE FROM agentdb_private.claim_langs;
     INSERT INTO agentdb_private.claim_langs
-        (lang, clause_split, flags, script, exclude_re, guarded, guard_kinds, guard_res, claim_kinds, claim_res)
+        (lang, clause_split, max_clause, flags, script, exclude_re, guarded, guard_kinds, guard_res,
+         claim_kinds, claim_res)
     SELECT
         l.key,
         p_doc ->> 'clause_split',
+        (p_doc ->> 'max_clause')::numeric::integer,
         coalesce(l.value ->> 'flags', ''),
         l.value ->> 'script',
         (SELECT string_agg('(?:' || e.re || ')', '|' ORDER BY e.n)
@@ -58,25 +117,33 @@ BEGIN
                   FROM jsonb_array_elements(l.value -> 'claims') WITH ORDINALITY AS c (c, n)
                  GROUP BY c ->> 'kind') AS k) AS g;
 
-    -- And as a constant that detect_claims' cached plan holds (the function is
-    -- inlined): reading the table, whose long values are stored out of line,
-    -- would cost more than the detection itself. Replacing the function
-    -- invalidates those plans.
+    -- And as a constant that detect_claims' cached plans hold (the function is
+    -- inlined): reading the table on each call would cost more than the
+    -- detection itself. Replacing the function invalidates those plans.
+    -- Languages in byte order, as the Python detector sorts them.
     EXECUTE format(
         'CREATE OR REPLACE FUNCTION agentdb_private.claim_langs_compiled() '
-        'RETURNS agentdb_private.claim_langs [] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L', format('SELECT %L::agentdb_private.claim_langs []',
-                        ARRAY(SELECT l FROM agentdb_private.claim_langs AS l ORDER BY l.lang)));
+        'RETURNS agentdb_private.claim_langs [] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
+        format('SELECT %L::agentdb_private.claim_langs []',
+               ARRAY(SELECT l FROM agentdb_private.claim_langs AS l ORDER BY l.lang COLLATE "C")));
 END
 $$;
 
--- The compiled patterns as a constant; load_claim_patterns replaces this
--- empty placeholder with the loaded ones.
-CREATE OR REPLACE FUNCTION agentdb_private.claim_langs_compiled()
-RETURNS agentdb_private.claim_langs[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
--- No SET clause: that would keep it from being inlined as a constant. Its
--- body names nothing through the search path.
-AS $$ SELECT '{}'::agentdb_private.claim_langs [] $$;
+-- The compiled patterns as a constant. A placeholder until load_claim_patterns
+-- replaces it, created only where there is none: re-applying this file must
+-- not empty the loaded patterns.
+DO $placeholder$
+BEGIN
+    IF to_regprocedure('agentdb_private.claim_langs_compiled()') IS NULL THEN
+        -- No SET clause: that would keep it from being inlined as a constant.
+        -- Its body names nothing through the search path.
+        CREATE FUNCTION agentdb_private.claim_langs_compiled()
+        RETURNS agentdb_private.claim_langs []
+        LANGUAGE sql IMMUTABLE PARALLEL SAFE
+        AS $body$ SELECT '{}'::agentdb_private.claim_langs [] $body$;
+    END IF;
+END
+$placeholder$;
 
 -- Claims of completed actions in a text: a JSON array of
 -- {kind, text, start, end, lang}, offsets 0-based with end exclusive, exactly
@@ -130,7 +197,10 @@ BEGIN
     END IF;
 
     FOR v_ci IN 1 .. cardinality(v_clauses) LOOP
-        v_clause := v_clauses[v_ci];
+        -- Only the clause's first max_clause characters are searched (as in
+        -- Python): the work on a pathological text stays bounded.
+        v_clause := CASE WHEN v_rules[1].max_clause IS NULL THEN v_clauses[v_ci]
+                         ELSE left(v_clauses[v_ci], v_rules[1].max_clause) END;
         IF v_clause <> '' THEN
             v_taken := '{}';
             FOR v_li IN 1 .. cardinality(v_rules) LOOP
@@ -181,7 +251,7 @@ BEGIN
                 END LOOP;
             END LOOP;
         END IF;
-        v_offset := v_offset + char_length(v_clause) + coalesce(char_length(v_seps[v_ci]), 0);
+        v_offset := v_offset + char_length(v_clauses[v_ci]) + coalesce(char_length(v_seps[v_ci]), 0);
     END LOOP;
 
     IF jsonb_array_length(v_found) < 2 THEN

@@ -176,7 +176,6 @@ DECLARE
     v_prior agentdb_private.replies;
     v_claims jsonb;
     v_source text;
-    v_detected_by text := 'database';
     v_pending jsonb;
     v_verdict text;
     v_text text;
@@ -215,11 +214,11 @@ BEGIN
     ELSIF jsonb_typeof(finalize_reply.claims -> 'claims') = 'array'
         AND finalize_reply.claims ->> 'patterns' = (
             SELECT r.fingerprint FROM agentdb_private.claim_rules AS r WHERE r.id = 1) THEN
-        -- Detected by the runtime with the very patterns loaded here, so the
-        -- same claims this database would find (the detectors agree line by
-        -- line), without the regex work here. Their shape is still checked.
-        v_source := 'detected';
-        v_detected_by := 'runtime';
+        -- Detected by the runtime with the very patterns loaded here, which
+        -- agree with this database's detector line by line (both take the
+        -- leftmost-longest match), without the regex work here. Trusted as far
+        -- as declared claims are: the runtime is the app. Shape still checked.
+        v_source := 'runtime';
         SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'kind', CASE WHEN c ->> 'kind' IN ('create', 'update', 'delete', 'done') THEN c ->> 'kind'
                                 ELSE 'done' END,
@@ -264,12 +263,12 @@ BEGIN
     VALUES (v_task.id, v_task.user_id, 'reply', CASE WHEN v_verdict = 'deliver' THEN 'SUCCESS' ELSE 'REFUSED' END,
             v_verdict, format('%s claim(s), %s pending', jsonb_array_length(v_claims), jsonb_array_length(v_pending)),
             jsonb_build_object('model_text', left(model_text, 100000), 'claims', v_claims, 'pending', v_pending,
-                               'claims_from', CASE WHEN v_source = 'declared' THEN 'declared' ELSE v_detected_by END));
+                               'claims_from', CASE v_source WHEN 'detected' THEN 'database' ELSE v_source END));
     -- Either text shows this task's draft summaries: they now count as seen.
     PERFORM agentdb.mark_drafts_shown(v_task.id);
 
     RETURN jsonb_build_object('verdict', v_verdict, 'text', v_text, 'pending', v_pending, 'claims', v_claims,
-                              'claims_from', CASE WHEN v_source = 'declared' THEN 'declared' ELSE v_detected_by END);
+                              'claims_from', CASE v_source WHEN 'detected' THEN 'database' ELSE v_source END);
 END
 $$;
 

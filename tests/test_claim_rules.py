@@ -71,18 +71,59 @@ def test_a_reload_with_an_unchanged_document_keeps_the_answers(db):
     assert before == [c.as_dict() for c in claims.detect_claims(text)]
 
 
+def _set(path, value):
+    def mutate(doc):
+        *parents, last = path
+        node = doc
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    return mutate
+
+
 @pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["languages"]["en"].__setitem__("flags", "x"), "flags must be empty or i"),
-    (lambda d: d["languages"]["en"]["claims"][0].__setitem__("pattern", "I've BOOKED"), "upper-case letter"),
+    (_set(["languages", "en", "flags"], "x"), "flags must be empty or i"),
+    (_set(["languages", "en", "claims", 0, "pattern"], "I've BOOKED"), "upper-case letter"),
     (lambda d: d["languages"]["en"]["exclude"].append("NOT"), "upper-case letter"),
-    (lambda d: d.__setitem__("languages", []), "has no languages"),
+    (_set(["languages"], []), "has no languages"),
+    (_set(["languages"], {}), "has no languages"),
+    (_set(["languages", "en", "claims", 0, "pattern"], "(booked"), "not a valid regex"),
+    (lambda d: d["languages"]["zh"]["exclude"].append("[没"), "not a valid regex"),
+    (_set(["languages", "en", "script"], "[a-"), "not a valid regex"),
+    (_set(["clause_split"], "(,"), "not a valid regex"),
+    (_set(["clause_split"], ",|x*"), "matches an empty string"),
+    (lambda d: d.pop("clause_split"), "clause_split must be"),
+    (_set(["max_clause"], 0), "max_clause"),
+    (_set(["max_clause"], "400"), "max_clause"),
+    (_set(["languages", "en", "claims", 0, "kind"], "teleport"), "kind"),
+    (_set(["languages", "en", "claims", 0, "pattern"], 42), "pattern string"),
+    (_set(["languages", "en", "claims"], []), "non-empty claims"),
+    (_set(["languages", "en"], "en"), "non-empty claims"),
+    (lambda d: d["languages"]["en"].pop("exclude"), "exclude array"),
+    (_set(["languages", "en", "precheck"], "maybe"), "boolean precheck"),
+    (_set(["languages", "en", "exclude", 0], ["not"]), "exclusion must be"),
 ])
 def test_a_document_either_engine_would_misread_is_refused(db, mutate, message):
+    rules = "SELECT doc, fingerprint, loaded_at FROM agentdb_private.claim_rules"
+    before = db.execute(rules).fetchall()
+    compiled = db.execute("SELECT agentdb_private.claim_langs_compiled()::text").fetchone()[0]
     doc = copy.deepcopy(patterns())
     mutate(doc)
     with pytest.raises(psycopg.errors.InvalidParameterValue, match=message):
         load(db, doc)
-    # Nothing changed: the loaded patterns still answer.
+    # Nothing was replaced: the document, its fingerprint and the compiled constant are the same.
+    assert db.execute(rules).fetchall() == before
+    assert db.execute("SELECT agentdb_private.claim_langs_compiled()::text").fetchone()[0] == compiled
+
+
+def test_reapplying_the_sql_file_keeps_the_loaded_patterns(db):
+    from pyagentdb import resources
+
+    before = db.execute("SELECT agentdb_private.claim_langs_compiled()::text").fetchone()[0]
+    assert before != "{}"
+    (path,) = [p for p in resources.sql_files() if p.name == "55_claims.sql"]
+    db.execute(path.read_text(encoding="utf-8"))
+    assert db.execute("SELECT agentdb_private.claim_langs_compiled()::text").fetchone()[0] == before
     assert [c["kind"] for c in detect(db, "I've booked it.")] == ["create"]
 
 
@@ -99,9 +140,9 @@ def test_python_refuses_an_upper_case_pattern_too(monkeypatch):
 
 
 def test_not_loaded_is_a_clear_error(db):
+    # The state of a database where sql/ was applied by hand and the patterns never loaded:
+    # the compiled constant is still the empty placeholder.
     db.execute("DELETE FROM agentdb_private.claim_langs")
-    db.execute("SELECT agentdb_private.claim_langs_compiled()")  # still the loaded constant
-    # Dropping the constant back to the placeholder is what a sql/ re-apply without a load does.
     db.execute(
         "CREATE OR REPLACE FUNCTION agentdb_private.claim_langs_compiled()"
         " RETURNS agentdb_private.claim_langs[] LANGUAGE sql IMMUTABLE"
@@ -180,7 +221,7 @@ def test_runtime_claims_with_the_fingerprint_are_used_as_detected(reminders):
     stored = reminders.execute(
         "SELECT kind, claim_text, span_start, span_end, source FROM agentdb_private.claims"
         " WHERE task_id = %s", (task,)).fetchall()
-    assert stored == [(c["kind"], c["text"], c["start"], c["end"], "detected") for c in found]
+    assert stored == [(c["kind"], c["text"], c["start"], c["end"], "runtime") for c in found]
     payload = reminders.execute(
         "SELECT payload FROM agentdb_private.audit WHERE task_id = %s AND action = 'reply'",
         (task,)).fetchone()[0]
@@ -212,7 +253,10 @@ def test_odd_runtime_claims_are_normalised_not_an_error(reminders, junk):
     for c in verdict["claims"]:
         assert c["kind"] in claims.KINDS
         assert c["start"] is None or 0 <= c["start"] <= 100_000
+        assert c["end"] is None or 0 <= c["end"] <= 100_000
         assert c["text"] is None or len(c["text"]) <= 500
+    if junk[0] == {"kind": "teleport", "start": "x", "end": 1e300, "text": 5, "lang": {"a": 1}}:
+        assert verdict["claims"][0]["start"] is None and verdict["claims"][0]["end"] is None
 
 
 def test_only_the_runtime_role_asks_for_the_fingerprint(db, role_connect):
@@ -241,3 +285,69 @@ def test_the_python_gate_detects_here_and_follows_a_reload(reminders):
     assert client.finalize_reply(begin(reminders, lang="en", conversation="d"), LIE).claims_from == "runtime"
     off = Client(reminders, detect_claims_here=False)
     assert off.finalize_reply(begin(reminders, lang="en", conversation="e"), LIE).claims_from == "database"
+
+
+# -- the two detectors on text made to part them ----------------------------------------
+
+def _corpus_texts() -> list[str]:
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "claims_corpus.tsv"
+    return [line.split("\t")[2] for line in path.read_text(encoding="utf-8").splitlines()[1:]]
+
+
+def _sql_many(db, texts):
+    rows = db.execute(
+        "SELECT agentdb.detect_claims(t.x) FROM unnest(%s::text[]) WITH ORDINALITY AS t (x, i) ORDER BY t.i",
+        (texts,)).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_alternatives_that_end_in_different_places_give_the_same_span(db):
+    # Found by review: Python's re took the first alternative that matched, PostgreSQL the
+    # longest, and the spans then decided which later match the overlap rule dropped (here a
+    # "cancelled" claim, or an "update").
+    texts = ["Booked tomorrow's we moved has been cancelled",
+             "给你安排查挪过去把提醒预约完成了提醒帮你改成"]
+    assert _sql_many(db, texts) == [[c.as_dict() for c in claims.detect_claims(t)] for t in texts]
+    kinds = {c["kind"] for c in _sql_many(db, texts[:1])[0]}
+    assert "delete" in kinds
+
+
+def test_detectors_agree_on_fragments_shuffled_together(db):
+    """Pieces of corpus lines cut at random places (words for en, 1-4 characters for zh) and
+    glued in random order: text no one wrote, made of the words the patterns look for."""
+    import random
+
+    rng = random.Random(20261130)
+    texts = _corpus_texts()
+    zh_bits = [t[i:i + rng.randint(1, 4)] for t in texts if not t.isascii() for i in range(0, len(t), 3)]
+    en_bits = [w for t in texts if t.isascii() for w in t.split()]
+    samples = []
+    for _ in range(2500):
+        bits = zh_bits if rng.random() < 0.5 else en_bits
+        glue = "" if bits is zh_bits else " "
+        samples.append(glue.join(rng.choice(bits) for _ in range(rng.randint(2, 14))))
+    sql = _sql_many(db, samples)
+    bad = [(s, r) for s, r in zip(samples, sql, strict=True)
+           if r != [c.as_dict() for c in claims.detect_claims(s)]]
+    assert bad == []
+
+
+@pytest.mark.parametrize("text", [
+    "把" * 100_000,
+    "已" * 100_000,
+    "已为您" * 33_000 + "查",
+    "i've " * 20_000,
+    ("已为您把提醒改到了" + "x" * 10) * 5_000,
+])
+def test_a_pathological_text_is_bounded_work(db, text):
+    # Not a speed measurement (that is bench/): a guard against the work growing with the square
+    # of a clause's length, which took 9 s at 8,000 characters before clauses were capped.
+    import time
+
+    start = time.perf_counter()
+    py = [c.as_dict() for c in claims.detect_claims(text)]
+    db.execute("SET statement_timeout = '20s'")
+    assert detect(db, text) == py
+    assert time.perf_counter() - start < 20

@@ -18,6 +18,16 @@ INTERNAL = re.compile(
 )
 
 
+class CheckedClient(Client):
+    """A Client whose every detected verdict says the claims came the way this run is about."""
+
+    def finalize_reply(self, task, model_text, claims=None):
+        verdict = super().finalize_reply(task, model_text, claims)
+        if claims is None and model_text and not verdict.repeated and verdict.claims_from is not None:
+            assert verdict.claims_from == ("runtime" if self.detect_claims_here else "database")
+        return verdict
+
+
 @pytest.fixture(params=["detected_here", "detected_in_db"])
 def client(request, reminders):
     # Every gate test runs twice: claims found by pyagentdb.detect_claims and passed with the
@@ -40,7 +50,7 @@ def client(request, reminders):
         SELECT agentdb.register_tool(name => 'add_note', action => 'insert', target => 'public.notes',
             label_zh => '记一条笔记', label_en => 'save a note', owner_column => 'user_id');
     """)
-    return Client(reminders, detect_claims_here=here)
+    return CheckedClient(reminders, detect_claims_here=here)
 
 
 def begin(client, lang, user="u1", authenticated=True):

@@ -21,5 +21,13 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("DROP TABLE IF EXISTS agentdb_private.claim_langs CASCADE")
+    # What sql/ of this revision added on top of the tables goes too: a package of
+    # revision 0005 re-creates its own functions but knows nothing of these.
+    op.execute("DROP FUNCTION IF EXISTS agentdb.claim_patterns_fingerprint(jsonb)")
+    op.execute("DROP FUNCTION IF EXISTS agentdb_private.claim_is_backed(uuid, text, text) CASCADE")
+    op.execute("DROP TABLE IF EXISTS agentdb_private.claim_langs CASCADE")  # and claim_langs_compiled()
     op.execute("ALTER TABLE agentdb_private.claim_rules DROP COLUMN IF EXISTS fingerprint")
+    op.execute("UPDATE agentdb_private.claims SET source = 'detected' WHERE source = 'runtime'")
+    op.execute("ALTER TABLE agentdb_private.claims DROP CONSTRAINT claims_source_check")
+    op.execute("ALTER TABLE agentdb_private.claims ADD CONSTRAINT claims_source_check"
+               " CHECK (source IN ('detected', 'declared'))")

@@ -1,10 +1,13 @@
 -- Revision 0006: the claim patterns document, compiled per language into the
 -- arrays agentdb.detect_claims walks. Written by agentdb_private.load_claim_patterns
--- from agentdb_private.claim_rules (the document stays the source).
+-- from the document (agentdb_private.claim_rules stays the source), which also
+-- compiles the rows into a constant function; the table is read at load time only.
 CREATE TABLE agentdb_private.claim_langs (
     lang text PRIMARY KEY,
-    -- The document's clause separator, the same for every language.
+    -- The document's clause separator and clause length limit, the same for
+    -- every language.
     clause_split text NOT NULL,
+    max_clause integer,
     -- '' or 'i' (ASCII case folding).
     flags text NOT NULL,
     -- A clause without this script holds none of the language's claims.
@@ -21,13 +24,11 @@ CREATE TABLE agentdb_private.claim_langs (
     claim_res text[] NOT NULL
 );
 
--- Stored uncompressed: detect_claims reads every row on each call, and a
--- compressed value would be decompressed again at each access.
-ALTER TABLE agentdb_private.claim_langs
-ALTER COLUMN exclude_re SET STORAGE EXTERNAL,
-ALTER COLUMN guard_res SET STORAGE EXTERNAL,
-ALTER COLUMN claim_res SET STORAGE EXTERNAL;
-
 -- A fingerprint of the loaded document: a runtime that detects claims itself
 -- with the same patterns says so with it (agentdb.claim_patterns_fingerprint).
 ALTER TABLE agentdb_private.claim_rules ADD COLUMN fingerprint text;
+
+-- Claims a runtime detected with the loaded patterns are recorded as such.
+ALTER TABLE agentdb_private.claims DROP CONSTRAINT claims_source_check;
+ALTER TABLE agentdb_private.claims ADD CONSTRAINT claims_source_check
+CHECK (source IN ('detected', 'declared', 'runtime'));
