@@ -351,3 +351,18 @@ def test_a_pathological_text_is_bounded_work(db, text):
     db.execute("SET statement_timeout = '20s'")
     assert detect(db, text) == py
     assert time.perf_counter() - start < 20
+
+
+def test_a_client_against_a_schema_without_fingerprints_lets_the_database_detect(reminders, dsn):
+    from pyagentdb import Client
+
+    reminders.execute("DROP FUNCTION agentdb.claim_patterns_fingerprint(jsonb)")
+    verdict = Client(reminders).finalize_reply(begin(reminders, lang="en", conversation="old"), LIE)
+    assert verdict.claims_from == "database" and verdict.replaced
+    # Inside the caller's open transaction the failed probe does not abort it.
+    with psycopg.connect(dsn) as conn:
+        task = begin(conn, lang="en", conversation="tx")
+        verdict = Client(conn).finalize_reply(task, LIE)
+        assert verdict.claims_from == "database"
+        assert conn.execute("SELECT count(*) FROM agentdb_private.replies WHERE task_id = %s",
+                            (task,)).fetchone()[0] == 1
