@@ -215,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             _stop_embedded(os.path.join(tmp, "pg"))
             shutil.rmtree(tmp, ignore_errors=True)
 
+    report["corpus"] = str(args.corpus)
     ok = meets_targets(report["python"])
     if "sql" in report:
         ok = ok and meets_targets(report["sql"]) and not report["disagreements"]
