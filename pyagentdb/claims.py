@@ -44,10 +44,27 @@ def patterns() -> dict:
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
-def _posix(pattern: str):
-    """Leftmost-longest, as PostgreSQL's regex engine matches: where a pattern's alternatives
-    could end in different places, Python's re would take the first that matches."""
-    return regex.compile(pattern, flags=regex.POSIX | regex.VERSION0)
+class _Longest:
+    """Matches as PostgreSQL's regex engine does: leftmost, then longest. Python's re would take,
+    where a pattern's alternatives end in different places, the first that matches. The start is
+    found by re (fast, and the leftmost start does not depend on the engine), the end by the
+    regex module in POSIX mode, only where there is a match."""
+
+    def __init__(self, pattern: str):
+        self.fast = re.compile(pattern)
+        self.longest = regex.compile(pattern, flags=regex.POSIX | regex.VERSION0)
+
+    def spans(self, text: str):
+        pos = 0
+        while pos <= len(text):
+            found = self.fast.search(text, pos)
+            if found is None:
+                return
+            start = found.start()
+            longest = self.longest.match(text, start)
+            end = longest.end() if longest is not None else found.end()
+            yield start, end
+            pos = end if end > start else start + 1
 
 
 @lru_cache(maxsize=8)
@@ -60,23 +77,23 @@ def _compiled(lang: str):
         raise ValueError(f"a claim pattern of {lang!r} (flag i) has an upper-case letter: use lower case")
     # Exclusions and the script are only tested for a match: where it ends does not matter.
     exclude = [re.compile(p) for p in spec["exclude"]]
-    claims = [(c["kind"], _posix(c["pattern"])) for c in spec["claims"]]
+    claims = [(c["kind"], _Longest(c["pattern"])) for c in spec["claims"]]
     script = re.compile(spec["script"]) if spec.get("script") else None
     return exclude, claims, script, fold
 
 
 @lru_cache(maxsize=1)
 def _split():
-    return _posix(patterns()["clause_split"])
+    return _Longest(patterns()["clause_split"])
 
 
 def _clauses(text: str):
     """(start, clause) pieces of text between clause separators."""
     pos = 0
-    for sep in _split().finditer(text):
-        if sep.start() > pos:
-            yield pos, text[pos : sep.start()]
-        pos = max(sep.end(), pos + 1) if sep.end() == sep.start() else sep.end()
+    for start, end in _split().spans(text):
+        if start > pos:
+            yield pos, text[pos:start]
+        pos = max(end, pos + 1) if end == start else end
     if pos < len(text):
         yield pos, text[pos:]
 
@@ -102,8 +119,7 @@ def detect_claims(text: str | None, lang: str | None = None) -> list[Claim]:
             if any(p.search(subject) for p in exclude):
                 continue
             for kind, pattern in claims:
-                for match in pattern.finditer(subject):
-                    span = (match.start(), match.end())
+                for span in pattern.spans(subject):
                     if span[0] == span[1] or any(s < span[1] and span[0] < e for s, e in taken):
                         continue
                     taken.append(span)
