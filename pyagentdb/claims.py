@@ -119,6 +119,8 @@ def detect_claims(text: str | None, lang: str | None = None) -> list[Claim]:
             if any(p.search(subject) for p in exclude):
                 continue
             for kind, pattern in claims:
+                if pattern.fast.search(subject) is None:
+                    continue  # the common case, without a generator
                 for span in pattern.spans(subject):
                     if span[0] == span[1] or any(s < span[1] and span[0] < e for s, e in taken):
                         continue
