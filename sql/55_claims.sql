@@ -148,11 +148,11 @@ $placeholder$;
 -- Claims of completed actions in a text: a JSON array of
 -- {kind, text, start, end, lang}, offsets 0-based with end exclusive, exactly
 -- as pyagentdb.detect_claims returns them. lang NULL tries every language.
-CREATE OR REPLACE FUNCTION agentdb.detect_claims(model_text text, lang text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION agentdb_private.detect_claims_in(model_text text, lang text)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+-- No SET clause: called by agentdb.detect_claims and finalize_reply, both with
+-- a pinned search_path; a configuration change per call costs 10-20 us.
 AS $$
 DECLARE
     v_rules agentdb_private.claim_langs [];
@@ -178,7 +178,7 @@ BEGIN
     END IF;
     v_rules := agentdb_private.claim_langs_compiled();
     IF lang IS NOT NULL THEN
-        v_rules := ARRAY(SELECT r FROM unnest(v_rules) AS r WHERE r.lang = detect_claims.lang);
+        v_rules := ARRAY(SELECT r FROM unnest(v_rules) AS r WHERE r.lang = detect_claims_in.lang);
     END IF;
     IF cardinality(v_rules) = 0 THEN
         IF lang IS NOT NULL AND cardinality(agentdb_private.claim_langs_compiled()) > 0 THEN
@@ -262,6 +262,17 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION agentdb.detect_claims(model_text text, lang text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN agentdb_private.detect_claims_in(detect_claims.model_text, detect_claims.lang);
+END
+$$;
+
 -- The loaded patterns' fingerprint, if `doc` is the loaded document (NULL
 -- asks for it unconditionally). A runtime that detects claims itself from the
 -- same document (pyagentdb.detect_claims) passes its claims to finalize_reply
@@ -284,25 +295,29 @@ $$;
 -- pending_claims' readers go through claim_backed below.
 CREATE OR REPLACE FUNCTION agentdb_private.claim_is_backed(p_task uuid, p_kind text, p_tool text)
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
+-- plpgsql keeps its plans for the session; an SQL function that cannot be
+-- inlined is planned again in every statement that calls it (0.1 ms here).
 -- No SET clause (it costs a configuration change per call): only its two
 -- callers, both with a pinned search_path, may execute it.
 AS $$
-    SELECT CASE p_kind
-        WHEN 'done' THEN coalesce((
+BEGIN
+    IF p_kind = 'done' THEN
+        RETURN coalesce((
             SELECT bool_and(s.outcome = 'success' AND s.verified)
               FROM agentdb_private.steps AS s
              WHERE s.task_id = p_task
                AND s.refusal IS DISTINCT FROM 'closed'
-               AND (p_tool IS NULL OR s.tool = p_tool)), false)
-        ELSE EXISTS (
-            SELECT 1 FROM agentdb_private.steps AS s
-             WHERE s.task_id = p_task
-               AND s.outcome = 'success' AND s.verified
-               AND s.action = CASE p_kind
-                   WHEN 'create' THEN 'insert' WHEN 'update' THEN 'update' WHEN 'delete' THEN 'delete' END
-               AND (p_tool IS NULL OR s.tool = p_tool))
-    END
+               AND (p_tool IS NULL OR s.tool = p_tool)), false);
+    END IF;
+    RETURN EXISTS (
+        SELECT 1 FROM agentdb_private.steps AS s
+         WHERE s.task_id = p_task
+           AND s.outcome = 'success' AND s.verified
+           AND s.action = CASE p_kind
+               WHEN 'create' THEN 'insert' WHEN 'update' THEN 'update' WHEN 'delete' THEN 'delete' END
+           AND (p_tool IS NULL OR s.tool = p_tool));
+END
 $$;
 
 -- The same, with the owner's rights: views call functions with the reader's

@@ -234,7 +234,7 @@ BEGIN
         -- NULL, or a runtime's claims detected with other patterns than the
         -- loaded ones: detect here.
         v_source := 'detected';
-        v_claims := agentdb.detect_claims(left(model_text, 100000), NULL);
+        v_claims := agentdb_private.detect_claims_in(left(model_text, 100000), NULL);
     END IF;
 
     INSERT INTO agentdb_private.claims (task_id, kind, claim_text, span_start, span_end, tool, source)
@@ -265,7 +265,7 @@ BEGIN
             jsonb_build_object('model_text', left(model_text, 100000), 'claims', v_claims, 'pending', v_pending,
                                'claims_from', CASE v_source WHEN 'detected' THEN 'database' ELSE v_source END));
     -- Either text shows this task's draft summaries: they now count as seen.
-    PERFORM agentdb.mark_drafts_shown(v_task.id);
+    PERFORM agentdb_private.mark_shown(v_task.id);
 
     RETURN jsonb_build_object('verdict', v_verdict, 'text', v_text, 'pending', v_pending, 'claims', v_claims,
                               'claims_from', CASE v_source WHEN 'detected' THEN 'database' ELSE v_source END);

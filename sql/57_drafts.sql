@@ -132,19 +132,31 @@ $$;
 
 -- Record that a task's delivered reply showed its drafts to the user. The gate
 -- calls this on delivery; runtimes without the gate may call it themselves.
+CREATE OR REPLACE FUNCTION agentdb_private.mark_shown(p_task uuid)
+RETURNS integer
+LANGUAGE plpgsql
+-- No SET clause: called by finalize_reply and mark_drafts_shown, both with a
+-- pinned search_path, and by no one else; a configuration change per call
+-- would cost more than the update.
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    UPDATE agentdb_private.drafts AS d SET shown_in_task = d.task_id, shown_at = clock_timestamp()
+     WHERE d.task_id = p_task AND d.status = 'proposed' AND d.shown_in_task IS NULL;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION agentdb.mark_drafts_shown(task uuid)
 RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_count integer;
 BEGIN
-    UPDATE agentdb_private.drafts AS d SET shown_in_task = d.task_id, shown_at = clock_timestamp()
-     WHERE d.task_id = mark_drafts_shown.task AND d.status = 'proposed' AND d.shown_in_task IS NULL;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    RETURN v_count;
+    RETURN agentdb_private.mark_shown(mark_drafts_shown.task);
 END
 $$;
 
