@@ -366,3 +366,26 @@ def test_a_client_against_a_schema_without_fingerprints_lets_the_database_detect
         assert verdict.claims_from == "database"
         assert conn.execute("SELECT count(*) FROM agentdb_private.replies WHERE task_id = %s",
                             (task,)).fetchone()[0] == 1
+
+
+def test_a_downgrade_to_0005_leaves_nothing_of_0006_behind(db, dsn):
+    from pyagentdb import install
+
+    name = "claims_down_" + __import__("uuid").uuid4().hex[:8]
+    db.execute(f"CREATE DATABASE {name} TEMPLATE template0")
+    try:
+        target = psycopg.conninfo.make_conninfo(dsn, dbname=name)
+        install.upgrade(target)
+        install.downgrade(target, "0005")
+        with psycopg.connect(target, autocommit=True) as conn:
+            left = conn.execute(
+                "SELECT p.oid::regprocedure::text FROM pg_proc AS p"
+                " WHERE p.proname IN ('claim_patterns_fingerprint', 'claim_is_backed', 'detect_claims_in',"
+                " 'mark_shown', 'claim_langs_compiled')").fetchall()
+            assert left == []
+            assert conn.execute("SELECT to_regclass('agentdb_private.claim_langs')").fetchone()[0] is None
+        install.upgrade(target)  # and back: the package's own sql/ re-applied
+        with psycopg.connect(target, autocommit=True) as conn:
+            assert [c["kind"] for c in detect(conn, "I've booked it.")] == ["create"]
+    finally:
+        db.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -23,8 +23,13 @@ def upgrade() -> None:
 def downgrade() -> None:
     # What sql/ of this revision added on top of the tables goes too: a package of
     # revision 0005 re-creates its own functions but knows nothing of these.
-    op.execute("DROP FUNCTION IF EXISTS agentdb.claim_patterns_fingerprint(jsonb)")
-    op.execute("DROP FUNCTION IF EXISTS agentdb_private.claim_is_backed(uuid, text, text) CASCADE")
+    for fn in (
+        "agentdb.claim_patterns_fingerprint(jsonb)",
+        "agentdb_private.claim_is_backed(uuid, text, text)",
+        "agentdb_private.detect_claims_in(text, text)",
+        "agentdb_private.mark_shown(uuid)",
+    ):
+        op.execute(f"DROP FUNCTION IF EXISTS {fn}")
     op.execute("DROP TABLE IF EXISTS agentdb_private.claim_langs CASCADE")  # and claim_langs_compiled()
     op.execute("ALTER TABLE agentdb_private.claim_rules DROP COLUMN IF EXISTS fingerprint")
     op.execute("UPDATE agentdb_private.claims SET source = 'detected' WHERE source = 'runtime'")
