@@ -27,7 +27,7 @@ class Claim:
     text: str
     start: int  # character offset, 0-based, end exclusive (as Python slices)
     end: int
-    lang: str
+    lang: str | None  # None for a clause too long to search
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "text": self.text, "start": self.start, "end": self.end, "lang": self.lang}
@@ -54,9 +54,11 @@ class _Longest:
         self.fast = re.compile(pattern)
         self.longest = regex.compile(pattern, flags=regex.POSIX | regex.VERSION0)
 
-    def spans(self, text: str):
-        pos = 0
-        while pos <= len(text):
+    def spans(self, text: str, limit: int | None = None):
+        """Matches one after another, each searched from where the last ended; at most `limit`."""
+        pos, tries = 0, 0
+        while pos < len(text) and (limit is None or tries < limit):
+            tries += 1
             found = self.fast.search(text, pos)
             if found is None:
                 return
@@ -70,7 +72,7 @@ class _Longest:
 @lru_cache(maxsize=8)
 def _compiled(lang: str):
     spec = patterns()["languages"][lang]
-    fold = "i" in spec.get("flags", "")
+    fold = "i" in (spec.get("flags") or "")
     every = [*spec["exclude"], *(c["pattern"] for c in spec["claims"])]
     if fold and any(re.search("[A-Z]", p) for p in every):
         # As agentdb_private.load_claim_patterns refuses it: a lowered clause never matches upper case.
@@ -106,6 +108,8 @@ def detect_claims(text: str | None, lang: str | None = None) -> list[Claim]:
         raise ValueError(f"no claim patterns for language {lang!r}")
     langs = [lang] if lang is not None else sorted(patterns()["languages"])
     max_clause = patterns().get("max_clause")
+    cap = patterns().get("max_per_kind")
+    counts: dict[str, int] = {}
     found: list[Claim] = []
     for offset, whole in _clauses(text):
         # Only the clause's first max_clause characters are searched, as in SQL.
@@ -119,12 +123,21 @@ def detect_claims(text: str | None, lang: str | None = None) -> list[Claim]:
             if any(p.search(subject) for p in exclude):
                 continue
             for kind, pattern in claims:
+                if cap is not None and counts.get(kind, 0) >= cap:
+                    continue  # one more claim of this kind would not change its verdict
                 if pattern.fast.search(subject) is None:
                     continue  # the common case, without a generator
-                for span in pattern.spans(subject):
+                for span in pattern.spans(subject, cap):
                     if span[0] == span[1] or any(s < span[1] and span[0] < e for s, e in taken):
                         continue
                     taken.append(span)
                     text = clause[span[0] : span[1]]
                     found.append(Claim(kind, text, offset + span[0], offset + span[1], code))
+                    counts[kind] = counts.get(kind, 0) + 1
+                    if cap is not None and counts[kind] >= cap:
+                        break
+        if max_clause and len(whole) > max_clause and (cap is None or counts.get("done", 0) < cap):
+            # A clause longer than what is searched is itself a claim that something is done.
+            found.append(Claim("done", whole[:60], offset, offset + min(60, len(whole)), None))
+            counts["done"] = counts.get("done", 0) + 1
     return sorted(found, key=lambda c: (c.start, c.end))

@@ -9,16 +9,18 @@ database would find, without its regex work. Otherwise the database detects them
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import regex
 from psycopg.types.json import Jsonb
 
 from .claims import detect_claims
 
-# finalize_reply detects claims in the first 100,000 characters of a reply.
-MAX_TEXT = 100_000
+# Replies longer than this are left to the database's detector (a real reply is far shorter).
+DETECT_HERE_MAX = 4_000
 
 
 @dataclass(frozen=True)
@@ -66,12 +68,19 @@ class Gate:
         fingerprint = None
         if detect_here is None:
             detect_here = getattr(self.client, "detect_claims_here", True)
-        if claims is None and detect_here and model_text:
+        # A long reply is left to the database: Python's backtracking regexes can take far longer
+        # on a pathological text than PostgreSQL's automata, and it is the application's time.
+        if claims is None and detect_here and model_text and len(model_text) <= DETECT_HERE_MAX:
             fingerprint = self.client.claim_patterns_fingerprint()
         if fingerprint:
-            # The database detects in at most this many characters, and so must we.
-            found = [c.as_dict() for c in detect_claims(model_text[:MAX_TEXT])]
-            arg = Jsonb({"patterns": fingerprint, "claims": found})
+            try:
+                found = [c.as_dict() for c in detect_claims(model_text)]
+            except (re.error, regex.error, TypeError, ValueError):
+                found = None  # patterns this detector cannot run: the database detects
+            if found is not None:
+                arg = Jsonb({"patterns": fingerprint, "claims": found})
+            else:
+                fingerprint = None
         data = self.client._scalar(
             "SELECT agentdb.finalize_reply(%s::uuid, %s, %s)", (str(task), model_text, arg)
         )

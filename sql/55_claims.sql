@@ -19,8 +19,13 @@ BEGIN
         WHEN jsonb_typeof(p_doc -> 'clause_split') IS DISTINCT FROM 'string'
             THEN 'clause_split must be a regex string'
         WHEN p_doc ? 'max_clause' AND NOT (jsonb_typeof(p_doc -> 'max_clause') = 'number'
-                                          AND (p_doc ->> 'max_clause')::numeric BETWEEN 1 AND 100000)
-            THEN 'max_clause must be a number from 1 to 100000'
+                                          AND p_doc ->> 'max_clause' ~ '^[0-9]{1,6}$'
+                                          AND (p_doc ->> 'max_clause')::integer BETWEEN 1 AND 100000)
+            THEN 'max_clause must be a whole number from 1 to 100000'
+        WHEN p_doc ? 'max_per_kind' AND NOT (jsonb_typeof(p_doc -> 'max_per_kind') = 'number'
+                                            AND p_doc ->> 'max_per_kind' ~ '^[0-9]{1,4}$'
+                                            AND (p_doc ->> 'max_per_kind')::integer BETWEEN 1 AND 1000)
+            THEN 'max_per_kind must be a whole number from 1 to 1000'
         WHEN EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'languages') AS l
                       WHERE jsonb_typeof(l.value) <> 'object'
                          OR jsonb_typeof(l.value -> 'claims') IS DISTINCT FROM 'array'
@@ -31,7 +36,8 @@ BEGIN
             THEN 'each language needs a non-empty claims array, an exclude array, and a string script '
                  || 'and boolean precheck if given'
         WHEN EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'languages') AS l
-                      WHERE coalesce(l.value ->> 'flags', '') NOT IN ('', 'i'))
+                      WHERE l.value ? 'flags' AND (jsonb_typeof(l.value -> 'flags') <> 'string'
+                                                   OR l.value ->> 'flags' NOT IN ('', 'i')))
             THEN 'claim pattern flags must be empty or i'
         WHEN EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'languages') AS l,
                                    jsonb_array_elements(l.value -> 'claims') AS c
@@ -59,8 +65,28 @@ BEGIN
             USING HINT = 'Write such patterns in lower case; escapes such as \S are not in the shared subset.',
                   ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- Every regex must compile, and the separator must not match an empty
-    -- string (the two detectors would cut such a text differently).
+    -- Outside the subset both engines read alike: non-greedy quantifiers
+    -- (PostgreSQL then prefers the shortest match), POSIX bracket classes,
+    -- lookaround, embedded options and directors (which also stop working once
+    -- a pattern is joined into an alternation).
+    SELECT x.re INTO v_re
+      FROM (SELECT p_doc ->> 'clause_split' AS re
+            UNION ALL
+            SELECT y.re FROM jsonb_each(p_doc -> 'languages') AS l
+            CROSS JOIN LATERAL (
+                SELECT l.value ->> 'script' AS re
+                UNION ALL SELECT e FROM jsonb_array_elements_text(l.value -> 'exclude') AS e
+                UNION ALL SELECT c ->> 'pattern' FROM jsonb_array_elements(l.value -> 'claims') AS c) AS y) AS x
+     WHERE x.re ~ '[*+?}]\?|\[\[:|\(\?[=!<a-zA-Z]|^\*\*\*'
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'claim pattern outside the subset both detectors read alike: %', left(v_re, 200)
+            USING HINT = 'No non-greedy quantifiers, [[:class:]], lookaround, (?flags) or ***.',
+                  ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Every regex must compile, and the separator must cut at a newline (so a
+    -- clause holds none, where the engines read . and $ differently) and must
+    -- not match an empty string (the two detectors would cut differently).
     FOR v_re IN
         SELECT p_doc ->> 'clause_split'
         UNION ALL
@@ -81,6 +107,9 @@ BEGIN
     IF regexp_like('', p_doc ->> 'clause_split') THEN
         RAISE EXCEPTION 'clause_split matches an empty string' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF NOT regexp_like(E'\n', p_doc ->> 'clause_split') THEN
+        RAISE EXCEPTION 'clause_split must cut at a newline' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
 
     INSERT INTO agentdb_private.claim_rules AS r (id, doc, fingerprint)
     VALUES (1, p_doc, encode(sha256(convert_to(p_doc::text, 'UTF8')), 'hex'))
@@ -93,12 +122,13 @@ BEGIN
     -- regexes stay in PostgreSQL's per-session cache of 32 compiled ones.
     DELETE FROM agentdb_private.claim_langs;
     INSERT INTO agentdb_private.claim_langs
-        (lang, clause_split, max_clause, flags, script, exclude_re, guarded, guard_kinds, guard_res,
-         claim_kinds, claim_res)
+        (lang, clause_split, max_clause, max_per_kind, flags, script, exclude_re, guarded, guard_kinds,
+         guard_res, claim_kinds, claim_res)
     SELECT
         l.key,
         p_doc ->> 'clause_split',
-        (p_doc ->> 'max_clause')::numeric::integer,
+        (p_doc ->> 'max_clause')::integer,
+        (p_doc ->> 'max_per_kind')::integer,
         coalesce(l.value ->> 'flags', ''),
         l.value ->> 'script',
         (SELECT string_agg('(?:' || e.re || ')', '|' ORDER BY e.n)
@@ -116,6 +146,20 @@ BEGIN
           FROM (SELECT c ->> 'kind' AS kind, string_agg('(?:' || (c ->> 'pattern') || ')', '|' ORDER BY n) AS re
                   FROM jsonb_array_elements(l.value -> 'claims') WITH ORDINALITY AS c (c, n)
                  GROUP BY c ->> 'kind') AS k) AS g;
+
+    -- The joined forms detection uses must compile too.
+    FOR v_re IN
+        SELECT l.exclude_re FROM agentdb_private.claim_langs AS l WHERE l.exclude_re IS NOT NULL
+        UNION ALL SELECT g FROM agentdb_private.claim_langs AS l, unnest(l.guard_res) AS g
+        UNION ALL SELECT '(' || (p_doc ->> 'clause_split') || ')'
+    LOOP
+        BEGIN
+            PERFORM regexp_like('', v_re);
+        EXCEPTION WHEN invalid_regular_expression THEN
+            RAISE EXCEPTION 'claim patterns do not compile once joined: %', left(v_re, 200)
+                USING DETAIL = SQLERRM, ERRCODE = 'invalid_parameter_value';
+        END;
+    END LOOP;
 
     -- And as a constant that detect_claims' cached plans hold (the function is
     -- inlined): reading the table on each call would cost more than the
@@ -167,11 +211,15 @@ DECLARE
     v_clause text;
     v_subject text;
     v_pattern text;
-    v_n integer;
     v_ms integer;
     v_me integer;
     v_taken int4range [];
-    v_found jsonb := '[]';
+    v_found jsonb [] := '{}';
+    v_counts jsonb := '{}';
+    v_kind text;
+    v_cap integer;
+    v_tries integer;
+    v_pos integer;
 BEGIN
     IF model_text IS NULL OR model_text = '' THEN
         RETURN '[]';
@@ -196,6 +244,7 @@ BEGIN
         v_seps := ARRAY(SELECT m[1] FROM regexp_matches(model_text, '(' || v_rules[1].clause_split || ')', 'g') AS m);
     END IF;
 
+    v_cap := v_rules[1].max_per_kind;
     FOR v_ci IN 1 .. cardinality(v_clauses) LOOP
         -- Only the clause's first max_clause characters are searched (as in
         -- Python): the work on a pathological text stays bounded.
@@ -229,36 +278,61 @@ BEGIN
                     CONTINUE WHEN cardinality(v_kinds) = 0;
                 END IF;
                 FOR v_pi IN 1 .. cardinality(v_rule.claim_res) LOOP
-                    CONTINUE WHEN NOT v_rule.claim_kinds[v_pi] = ANY (v_kinds);
+                    v_kind := v_rule.claim_kinds[v_pi];
+                    CONTINUE WHEN NOT v_kind = ANY (v_kinds)
+                        OR coalesce((v_counts ->> v_kind)::integer, 0) >= coalesce(v_cap, 2147483647);
                     v_pattern := v_rule.claim_res[v_pi];
                     CONTINUE WHEN NOT regexp_like(v_subject, v_pattern);
-                    v_n := 1;
+                    -- Matches one after another, each searched from where the last
+                    -- ended, as Python's spans(); at most max_per_kind per clause.
+                    v_pos := 1;
+                    v_tries := 0;
                     LOOP
-                        v_ms := regexp_instr(v_subject, v_pattern, 1, v_n, 0);
+                        EXIT WHEN v_tries >= coalesce(v_cap, 2147483647) OR v_pos > char_length(v_subject);
+                        v_ms := regexp_instr(v_subject, v_pattern, v_pos, 1, 0);
                         EXIT WHEN v_ms = 0;
-                        v_me := regexp_instr(v_subject, v_pattern, 1, v_n, 1);
-                        v_n := v_n + 1;
+                        v_me := regexp_instr(v_subject, v_pattern, v_pos, 1, 1);
+                        v_tries := v_tries + 1;
+                        v_pos := CASE WHEN v_me > v_ms THEN v_me ELSE v_ms + 1 END;
                         CONTINUE WHEN v_me = v_ms OR (cardinality(v_taken) > 0
                             AND EXISTS (SELECT 1 FROM unnest(v_taken) AS t (r) WHERE t.r && int4range(v_ms, v_me)));
                         v_taken := v_taken || int4range(v_ms, v_me);
                         v_found := v_found || jsonb_build_object(
-                            'kind', v_rule.claim_kinds[v_pi],
+                            'kind', v_kind,
                             'text', substr(v_clause, v_ms, v_me - v_ms),
                             'start', v_offset + v_ms - 2,
                             'end', v_offset + v_me - 2,
                             'lang', v_rule.lang);
+                        v_counts := jsonb_set(v_counts, ARRAY[v_kind],
+                                              to_jsonb(coalesce((v_counts ->> v_kind)::integer, 0) + 1));
+                        EXIT WHEN (v_counts ->> v_kind)::integer >= coalesce(v_cap, 2147483647);
                     END LOOP;
                 END LOOP;
             END LOOP;
+            -- A clause longer than what is searched is itself a claim that
+            -- something is done: no claim can hide beyond the searched part.
+            IF char_length(v_clauses[v_ci]) > v_rules[1].max_clause
+                AND coalesce((v_counts ->> 'done')::integer, 0) < coalesce(v_cap, 2147483647) THEN
+                v_found := v_found || jsonb_build_object(
+                    'kind', 'done',
+                    'text', left(v_clauses[v_ci], 60),
+                    'start', v_offset - 1,
+                    'end', v_offset - 1 + least(60, char_length(v_clauses[v_ci])),
+                    'lang', NULL);
+                v_counts := jsonb_set(v_counts, '{done}',
+                                      to_jsonb(coalesce((v_counts ->> 'done')::integer, 0) + 1));
+            END IF;
         END IF;
         v_offset := v_offset + char_length(v_clauses[v_ci]) + coalesce(char_length(v_seps[v_ci]), 0);
     END LOOP;
 
-    IF jsonb_array_length(v_found) < 2 THEN
-        RETURN v_found;
+    IF cardinality(v_found) = 0 THEN
+        RETURN '[]';
+    ELSIF cardinality(v_found) = 1 THEN
+        RETURN jsonb_build_array(v_found[1]);
     END IF;
     RETURN (SELECT jsonb_agg(f.c ORDER BY (f.c ->> 'start')::int, (f.c ->> 'end')::int)
-              FROM jsonb_array_elements(v_found) AS f (c));
+              FROM unnest(v_found) AS f (c));
 END
 $$;
 

@@ -102,6 +102,15 @@ def _set(path, value):
     (lambda d: d["languages"]["en"].pop("exclude"), "exclude array"),
     (_set(["languages", "en", "precheck"], "maybe"), "boolean precheck"),
     (_set(["languages", "en", "exclude", 0], ["not"]), "exclusion must be"),
+    (_set(["max_clause"], 400.5), "max_clause"),
+    (_set(["max_per_kind"], 0), "max_per_kind"),
+    (_set(["languages", "en", "flags"], None), "flags must be"),
+    (_set(["languages", "en", "claims", 0, "pattern"], "a.*?b"), "outside the subset"),
+    (_set(["languages", "en", "claims", 0, "pattern"], "x[[:digit:]]+"), "outside the subset"),
+    (lambda d: d["languages"]["en"]["exclude"].append("(?i)never"), "outside the subset"),
+    (lambda d: d["languages"]["en"]["exclude"].append("***=a.b"), "outside the subset"),
+    (_set(["clause_split"], ",|(?=z)"), "outside the subset"),
+    (_set(["clause_split"], "[,.]"), "cut at a newline"),
 ])
 def test_a_document_either_engine_would_misread_is_refused(db, mutate, message):
     rules = "SELECT doc, fingerprint, loaded_at FROM agentdb_private.claim_rules"
@@ -340,6 +349,12 @@ def test_detectors_agree_on_fragments_shuffled_together(db):
     "已为您" * 33_000 + "查",
     "i've " * 20_000,
     ("已为您把提醒改到了" + "x" * 10) * 5_000,
+    # Found by review: with a separator every few hundred characters the cap on a clause's length
+    # did not bound the database's work (8 s at 16 kB), because every match was kept.
+    ("搞定" * 200 + "，") * 250,
+    ("已为您" * 133 + "，") * 250,
+    ("把" * 399 + "，") * 250,
+    "I've booked it, " * 6_000,
 ])
 def test_a_pathological_text_is_bounded_work(db, text):
     # Not a speed measurement (that is bench/): a guard against the work growing with the square
@@ -389,3 +404,36 @@ def test_a_downgrade_to_0005_leaves_nothing_of_0006_behind(db, dsn):
             assert [c["kind"] for c in detect(conn, "I've booked it.")] == ["create"]
     finally:
         db.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+
+def test_each_kind_keeps_at_most_max_per_kind_claims(db):
+    text = "，".join(["已为您取消"] * 30 + ["搞定了"] * 30)
+    got = detect(db, text)
+    assert got == [c.as_dict() for c in claims.detect_claims(text)]
+    cap = patterns()["max_per_kind"]
+    assert sum(c["kind"] == "delete" for c in got) == cap
+    assert sum(c["kind"] == "done" for c in got) == cap
+
+
+def test_a_claim_cannot_hide_beyond_the_searched_part_of_a_clause(reminders):
+    text = "Lorem ipsum dolor sit amet " * 15 + "I have booked your table"
+    got = detect(reminders, text)
+    assert got == [c.as_dict() for c in claims.detect_claims(text)]
+    assert [(c["kind"], c["start"], c["end"]) for c in got] == [("done", 0, 60)]
+    # On a task with no step, that reply is replaced, whoever detected.
+    from pyagentdb import Client
+
+    for here in (True, False):
+        task = begin(reminders, lang="en", conversation=f"long-{here}")
+        verdict = Client(reminders, detect_claims_here=here).finalize_reply(task, text)
+        assert verdict.replaced and [p["kind"] for p in verdict.pending] == ["done"]
+
+
+def test_a_long_reply_is_left_to_the_database(reminders):
+    from pyagentdb import Client
+    from pyagentdb.gate import DETECT_HERE_MAX
+
+    text = ("Noted. " * (DETECT_HERE_MAX // 7 + 1)) + "I've booked it."
+    verdict = Client(reminders).finalize_reply(begin(reminders, lang="en", conversation="longer"), text)
+    assert verdict.claims_from == "database" and verdict.replaced

@@ -4,10 +4,10 @@
 -- compiles the rows into a constant function; the table is read at load time only.
 CREATE TABLE agentdb_private.claim_langs (
     lang text PRIMARY KEY,
-    -- The document's clause separator and clause length limit, the same for
-    -- every language.
+    -- The document's clause separator and limits, the same for every language.
     clause_split text NOT NULL,
     max_clause integer,
+    max_per_kind integer,
     -- '' or 'i' (ASCII case folding).
     flags text NOT NULL,
     -- A clause without this script holds none of the language's claims.
