@@ -1,6 +1,38 @@
 -- Claims: what a reply says was done. Detection reads the same patterns as the
 -- Python detector (sql/claim_patterns.json, loaded by the installer).
 
+-- Every regex of a claim patterns document, with its language and flags (the
+-- clause separator has neither): what the loader checks.
+CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_regexes(p_doc jsonb)
+RETURNS TABLE (lang text, flags text, re text)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT NULL, NULL, p_doc ->> 'clause_split'
+    UNION ALL
+    SELECT l.key, l.value ->> 'flags', x.re
+      FROM jsonb_each(p_doc -> 'languages') AS l
+     CROSS JOIN LATERAL (
+         SELECT l.value ->> 'script' AS re
+         UNION ALL SELECT e FROM jsonb_array_elements_text(l.value -> 'exclude') AS e
+         UNION ALL SELECT c ->> 'pattern' FROM jsonb_array_elements(l.value -> 'claims') AS c) AS x
+     WHERE x.re IS NOT NULL
+$$;
+
+-- Why a regex does not compile, or NULL when it does.
+CREATE OR REPLACE FUNCTION agentdb_private.regex_error(p_re text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM regexp_like('', p_re);
+    RETURN NULL;
+EXCEPTION WHEN invalid_regular_expression THEN
+    RETURN SQLERRM;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION agentdb_private.load_claim_patterns(p_doc jsonb)
 RETURNS void
 LANGUAGE plpgsql
@@ -54,7 +86,8 @@ BEGIN
         RAISE EXCEPTION '%', v_problem USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- Flag i is applied by lowering the clause's ASCII letters: an upper-case
-    -- letter in such a language's pattern could never match.
+    -- letter in such a language's pattern could never match (the script is
+    -- matched on the clause as written).
     IF EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'languages') AS l
                 CROSS JOIN LATERAL (
                     SELECT e AS re FROM jsonb_array_elements_text(l.value -> 'exclude') AS e
@@ -69,15 +102,8 @@ BEGIN
     -- (PostgreSQL then prefers the shortest match), POSIX bracket classes,
     -- lookaround, embedded options and directors (which also stop working once
     -- a pattern is joined into an alternation).
-    SELECT x.re INTO v_re
-      FROM (SELECT p_doc ->> 'clause_split' AS re
-            UNION ALL
-            SELECT y.re FROM jsonb_each(p_doc -> 'languages') AS l
-            CROSS JOIN LATERAL (
-                SELECT l.value ->> 'script' AS re
-                UNION ALL SELECT e FROM jsonb_array_elements_text(l.value -> 'exclude') AS e
-                UNION ALL SELECT c ->> 'pattern' FROM jsonb_array_elements(l.value -> 'claims') AS c) AS y) AS x
-     WHERE x.re ~ '[*+?}]\?|\[\[:|\(\?[=!<a-zA-Z]|^\*\*\*'
+    SELECT r.re INTO v_re FROM agentdb_private.claim_doc_regexes(p_doc) AS r
+     WHERE r.re ~ '[*+?}]\?|\[\[:|\(\?[=!<a-zA-Z]|^\*\*\*'
      LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'claim pattern outside the subset both detectors read alike: %', left(v_re, 200)
@@ -87,23 +113,14 @@ BEGIN
     -- Every regex must compile, and the separator must cut at a newline (so a
     -- clause holds none, where the engines read . and $ differently) and must
     -- not match an empty string (the two detectors would cut differently).
-    FOR v_re IN
-        SELECT p_doc ->> 'clause_split'
-        UNION ALL
-        SELECT x.re FROM jsonb_each(p_doc -> 'languages') AS l
-        CROSS JOIN LATERAL (
-            SELECT l.value ->> 'script' AS re
-            UNION ALL SELECT e FROM jsonb_array_elements_text(l.value -> 'exclude') AS e
-            UNION ALL SELECT c ->> 'pattern' FROM jsonb_array_elements(l.value -> 'claims') AS c) AS x
-        WHERE x.re IS NOT NULL
-    LOOP
-        BEGIN
-            PERFORM regexp_like('', v_re);
-        EXCEPTION WHEN invalid_regular_expression THEN
-            RAISE EXCEPTION 'claim pattern is not a valid regex: %', left(v_re, 200)
-                USING DETAIL = SQLERRM, ERRCODE = 'invalid_parameter_value';
-        END;
-    END LOOP;
+    SELECT r.re, agentdb_private.regex_error(r.re) INTO v_re, v_problem
+      FROM agentdb_private.claim_doc_regexes(p_doc) AS r
+     WHERE agentdb_private.regex_error(r.re) IS NOT NULL
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'claim pattern is not a valid regex: %', left(v_re, 200)
+            USING DETAIL = v_problem, ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF regexp_like('', p_doc ->> 'clause_split') THEN
         RAISE EXCEPTION 'clause_split matches an empty string' USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -148,18 +165,16 @@ BEGIN
                  GROUP BY c ->> 'kind') AS k) AS g;
 
     -- The joined forms detection uses must compile too.
-    FOR v_re IN
-        SELECT l.exclude_re FROM agentdb_private.claim_langs AS l WHERE l.exclude_re IS NOT NULL
-        UNION ALL SELECT g FROM agentdb_private.claim_langs AS l, unnest(l.guard_res) AS g
-        UNION ALL SELECT '(' || (p_doc ->> 'clause_split') || ')'
-    LOOP
-        BEGIN
-            PERFORM regexp_like('', v_re);
-        EXCEPTION WHEN invalid_regular_expression THEN
-            RAISE EXCEPTION 'claim patterns do not compile once joined: %', left(v_re, 200)
-                USING DETAIL = SQLERRM, ERRCODE = 'invalid_parameter_value';
-        END;
-    END LOOP;
+    SELECT j.re, agentdb_private.regex_error(j.re) INTO v_re, v_problem
+      FROM (SELECT l.exclude_re AS re FROM agentdb_private.claim_langs AS l WHERE l.exclude_re IS NOT NULL
+            UNION ALL SELECT g FROM agentdb_private.claim_langs AS l, unnest(l.guard_res) AS g
+            UNION ALL SELECT '(' || (p_doc ->> 'clause_split') || ')') AS j
+     WHERE agentdb_private.regex_error(j.re) IS NOT NULL
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'claim patterns do not compile once joined: %', left(v_re, 200)
+            USING DETAIL = v_problem, ERRCODE = 'invalid_parameter_value';
+    END IF;
 
     -- And as a constant that detect_claims' cached plans hold (the function is
     -- inlined): reading the table on each call would cost more than the
@@ -244,7 +259,8 @@ BEGIN
         v_seps := ARRAY(SELECT m[1] FROM regexp_matches(model_text, '(' || v_rules[1].clause_split || ')', 'g') AS m);
     END IF;
 
-    v_cap := v_rules[1].max_per_kind;
+    -- No limit in the document: none here either.
+    v_cap := coalesce(v_rules[1].max_per_kind, 2147483647);
     FOR v_ci IN 1 .. cardinality(v_clauses) LOOP
         -- Only the clause's first max_clause characters are searched (as in
         -- Python): the work on a pathological text stays bounded.
@@ -280,7 +296,7 @@ BEGIN
                 FOR v_pi IN 1 .. cardinality(v_rule.claim_res) LOOP
                     v_kind := v_rule.claim_kinds[v_pi];
                     CONTINUE WHEN NOT v_kind = ANY (v_kinds)
-                        OR coalesce((v_counts ->> v_kind)::integer, 0) >= coalesce(v_cap, 2147483647);
+                        OR coalesce((v_counts ->> v_kind)::integer, 0) >= v_cap;
                     v_pattern := v_rule.claim_res[v_pi];
                     CONTINUE WHEN NOT regexp_like(v_subject, v_pattern);
                     -- Matches one after another, each searched from where the last
@@ -288,7 +304,7 @@ BEGIN
                     v_pos := 1;
                     v_tries := 0;
                     LOOP
-                        EXIT WHEN v_tries >= coalesce(v_cap, 2147483647) OR v_pos > char_length(v_subject);
+                        EXIT WHEN v_tries >= v_cap OR v_pos > char_length(v_subject);
                         v_ms := regexp_instr(v_subject, v_pattern, v_pos, 1, 0);
                         EXIT WHEN v_ms = 0;
                         v_me := regexp_instr(v_subject, v_pattern, v_pos, 1, 1);
@@ -305,14 +321,14 @@ BEGIN
                             'lang', v_rule.lang);
                         v_counts := jsonb_set(v_counts, ARRAY[v_kind],
                                               to_jsonb(coalesce((v_counts ->> v_kind)::integer, 0) + 1));
-                        EXIT WHEN (v_counts ->> v_kind)::integer >= coalesce(v_cap, 2147483647);
+                        EXIT WHEN (v_counts ->> v_kind)::integer >= v_cap;
                     END LOOP;
                 END LOOP;
             END LOOP;
             -- A clause longer than what is searched is itself a claim that
             -- something is done: no claim can hide beyond the searched part.
             IF char_length(v_clauses[v_ci]) > v_rules[1].max_clause
-                AND coalesce((v_counts ->> 'done')::integer, 0) < coalesce(v_cap, 2147483647) THEN
+                AND coalesce((v_counts ->> 'done')::integer, 0) < v_cap THEN
                 v_found := v_found || jsonb_build_object(
                     'kind', 'done',
                     'text', left(v_clauses[v_ci], 60),

@@ -32,6 +32,25 @@ AS $$
         agentdb_private.msg('report.rule.not_created', p_lang))
 $$;
 
+-- Close a task: no tool may run in it afterwards (invoke refuses it as
+-- "closed"). The row stays locked to the end of the transaction. NULL for an
+-- unknown task. The report and the reply both end the work this way.
+CREATE OR REPLACE FUNCTION agentdb_private.close_task(p_task uuid)
+RETURNS agentdb_private.tasks
+LANGUAGE plpgsql
+-- No SET clause: called only by report and finalize_reply, both with a pinned
+-- search_path.
+AS $$
+DECLARE
+    v_task agentdb_private.tasks;
+BEGIN
+    UPDATE agentdb_private.tasks AS t SET closed_at = coalesce(t.closed_at, clock_timestamp())
+     WHERE t.id = p_task
+    RETURNING * INTO v_task;
+    RETURN v_task;
+END
+$$;
+
 -- Take the execution report. Taking it closes the task's tools: any later
 -- invoke in this task is refused as "closed", so nothing is written twice.
 CREATE OR REPLACE FUNCTION agentdb.report(task uuid)
@@ -44,10 +63,8 @@ DECLARE
     v_task agentdb_private.tasks;
     v_steps jsonb;
 BEGIN
-    UPDATE agentdb_private.tasks AS t SET closed_at = coalesce(t.closed_at, clock_timestamp())
-     WHERE t.id = report.task
-    RETURNING * INTO v_task;
-    IF NOT FOUND THEN
+    v_task := agentdb_private.close_task(report.task);
+    IF v_task.id IS NULL THEN
         RAISE EXCEPTION 'report: no task %', report.task USING ERRCODE = 'no_data_found';
     END IF;
     v_steps := agentdb_private.report_steps(v_task.id);
@@ -176,16 +193,15 @@ DECLARE
     v_prior agentdb_private.replies;
     v_claims jsonb;
     v_source text;
+    v_claims_from text;
     v_pending jsonb;
     v_verdict text;
     v_text text;
 BEGIN
-    -- The reply ends the turn: the task is closed (no tool may run in it
-    -- afterwards) and locked against a concurrent finalize_reply, in one statement.
-    UPDATE agentdb_private.tasks AS t SET closed_at = coalesce(t.closed_at, clock_timestamp())
-     WHERE t.id = finalize_reply.task
-    RETURNING * INTO v_task;
-    IF NOT FOUND THEN
+    -- The reply ends the turn: the task is closed, and locked against a
+    -- concurrent finalize_reply.
+    v_task := agentdb_private.close_task(finalize_reply.task);
+    IF v_task.id IS NULL THEN
         INSERT INTO agentdb_private.audit (task_id, action, status, outcome, refusal, detail, payload)
         VALUES (finalize_reply.task, 'reply', 'REFUSED', 'replace', 'unknown_task', 'no such task',
                 jsonb_build_object('model_text', left(model_text, 100000)));
@@ -237,6 +253,7 @@ BEGIN
         v_claims := agentdb_private.detect_claims_in(left(model_text, 100000), NULL);
     END IF;
 
+    v_claims_from := CASE v_source WHEN 'detected' THEN 'database' ELSE v_source END;
     INSERT INTO agentdb_private.claims (task_id, kind, claim_text, span_start, span_end, tool, source)
     SELECT v_task.id, c ->> 'kind', c ->> 'text', (c ->> 'start')::int, (c ->> 'end')::int, c ->> 'tool', v_source
       FROM jsonb_array_elements(v_claims) AS c;
@@ -263,12 +280,12 @@ BEGIN
     VALUES (v_task.id, v_task.user_id, 'reply', CASE WHEN v_verdict = 'deliver' THEN 'SUCCESS' ELSE 'REFUSED' END,
             v_verdict, format('%s claim(s), %s pending', jsonb_array_length(v_claims), jsonb_array_length(v_pending)),
             jsonb_build_object('model_text', left(model_text, 100000), 'claims', v_claims, 'pending', v_pending,
-                               'claims_from', CASE v_source WHEN 'detected' THEN 'database' ELSE v_source END));
+                               'claims_from', v_claims_from));
     -- Either text shows this task's draft summaries: they now count as seen.
     PERFORM agentdb_private.mark_shown(v_task.id);
 
     RETURN jsonb_build_object('verdict', v_verdict, 'text', v_text, 'pending', v_pending, 'claims', v_claims,
-                              'claims_from', CASE v_source WHEN 'detected' THEN 'database' ELSE v_source END);
+                              'claims_from', v_claims_from);
 END
 $$;
 

@@ -28,6 +28,9 @@ def downgrade() -> None:
         "agentdb_private.claim_is_backed(uuid, text, text)",
         "agentdb_private.detect_claims_in(text, text)",
         "agentdb_private.mark_shown(uuid)",
+        "agentdb_private.close_task(uuid)",
+        "agentdb_private.claim_doc_regexes(jsonb)",
+        "agentdb_private.regex_error(text)",
     ):
         op.execute(f"DROP FUNCTION IF EXISTS {fn}")
     op.execute("DROP TABLE IF EXISTS agentdb_private.claim_langs CASCADE")  # and claim_langs_compiled()
