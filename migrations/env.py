@@ -17,6 +17,12 @@ VERSION_TABLE = "agentdb_alembic_version"
 config = context.config
 
 
+def _repair_scripts():
+    """The idempotent repair revisions (versions/NNNN_repair_*.sql), in order: `pyagentdb
+    install --repair` runs them again on a database already at head."""
+    return sorted((resources.migrations_dir() / "versions").glob("*_repair_*.sql"))
+
+
 def _apply_sql_online(connection, *, migrated: bool) -> None:
     checksum = resources.sql_checksum()
     raw = connection.connection.driver_connection
@@ -73,8 +79,13 @@ def run_online() -> None:
             migration = context.get_context()
             before = migration.get_current_heads()
             context.run_migrations()
+            repaired = bool(config.attributes.get("repair"))
+            if repaired:
+                raw = connection.connection.driver_connection
+                for path in _repair_scripts():
+                    raw.execute(path.read_text(encoding="utf-8"))
             if config.attributes.get("apply_sql"):
-                _apply_sql_online(connection, migrated=migration.get_current_heads() != before)
+                _apply_sql_online(connection, migrated=repaired or migration.get_current_heads() != before)
 
 
 if context.is_offline_mode():

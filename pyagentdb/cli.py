@@ -15,23 +15,37 @@ def _target(args) -> server.Target:
     return server.resolve(args.dsn, args.data_dir)
 
 
+def fix_command(args, command: str = "install") -> str:
+    """`pyagentdb COMMAND` for the same database as this run: with its --dsn or --data-dir."""
+    words = f"pyagentdb {command}"
+    if getattr(args, "dsn", None):
+        words += f" --dsn '{args.dsn}'"
+    elif getattr(args, "data_dir", None):
+        words += f" --data-dir '{args.data_dir}'"
+    return words
+
+
 def cmd_install(args) -> int:
     if args.sql:
         # For DBAs who apply it by hand: no server is needed or started.
         sys.stdout.write(install.offline_sql())
         return 0
+    from . import doctor
+
     target = _target(args)
     with server.connect(target) as conn:
         before = install.current_revision(conn)
-    install.upgrade(target.dsn, force_sql=args.force)
+    install.upgrade(target.dsn, force_sql=args.force, repair=args.repair)
     with server.connect(target) as conn:
         after = install.current_revision(conn)
+        missing, unexpected = doctor.shape_diff(conn)
     result = {
         "before": before,
         "after": after,
         "head": install.head_revision(),
-        "changed": before != after or args.force,
+        "changed": before != after or args.force or args.repair,
         "embedded": target.embedded,
+        "shape": "ok" if not (missing or unexpected) else {"missing": missing, "unexpected": unexpected},
     }
     if args.json:
         print(json.dumps(result))
@@ -39,6 +53,19 @@ def cmd_install(args) -> int:
         print(f"agentdb schema already at {after}; functions and views are current.")
     else:
         print(f"agentdb schema installed: {before or 'empty'} -> {after}.")
+    if missing or unexpected:
+        if not args.json:
+            for line in missing:
+                print(f"missing:    {line}", file=sys.stderr)
+            for line in unexpected:
+                print(f"unexpected: {line}", file=sys.stderr)
+        hint = (f"run `{fix_command(args)} --repair`" if not args.repair else
+                "--repair could not restore them: they are not a shape a landed revision ever made "
+                "(changed by hand?). Restore the listed objects, or install into a new database and "
+                "copy the data")
+        print(f"pyagentdb: the tables and views differ from the head's in {len(missing) + len(unexpected)} "
+              f"place(s): {hint}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -57,19 +84,26 @@ def cmd_uninstall(args) -> int:
 
 
 def cmd_status(args) -> int:
+    from . import doctor
+
     target = _target(args)
+    head = install.head_revision()
     with server.connect(target) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
         revision = install.current_revision(conn)
-        tools = None
+        tools = shape = None
         if revision:
             tools = conn.execute("SELECT count(*) FROM agentdb.tools").fetchone()[0]
+        if revision == head:
+            missing, unexpected = doctor.shape_diff(conn)
+            shape = "ok" if not (missing or unexpected) else f"{len(missing) + len(unexpected)} difference(s)"
     status = {
         "server_version": version,
         "embedded": target.embedded,
         "data_dir": str(target.data_dir) if target.data_dir else None,
         "schema_revision": revision,
-        "head": install.head_revision(),
+        "head": head,
+        "shape": shape,
         "tools": tools,
     }
     if args.json:
@@ -78,8 +112,13 @@ def cmd_status(args) -> int:
         for key, value in status.items():
             print(f"{key:15} {value}")
         if revision is None:
-            print("schema not installed: run `pyagentdb install`", file=sys.stderr)
-    return 0 if revision == status["head"] else 1
+            print(f"schema not installed: run `{fix_command(args)}`", file=sys.stderr)
+        elif revision != head:
+            print(f"schema at {revision}, not at head {head}: run `{fix_command(args)}`", file=sys.stderr)
+        elif shape != "ok":
+            print(f"at revision {head}, but the tables and views are not the head's: run "
+                  f"`{fix_command(args, 'doctor')}` to see what differs", file=sys.stderr)
+    return 0 if revision == head and shape == "ok" else 1
 
 
 def cmd_doctor(args) -> int:
@@ -87,7 +126,7 @@ def cmd_doctor(args) -> int:
 
     target = _target(args)
     with server.connect(target) as conn:
-        report = doctor.check(conn)
+        report = doctor.check(conn, fix=fix_command(args))
     report["embedded"] = target.embedded
     if args.json:
         print(json.dumps(report, default=str))
@@ -190,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("install", parents=[common], help="install or upgrade the schema to head")
     p.add_argument("--sql", action="store_true", help="print the install SQL instead of running it")
     p.add_argument("--force", action="store_true", help="re-apply sql/ even if unchanged")
+    p.add_argument("--repair", action="store_true",
+                   help="also re-run the idempotent repair revisions (when doctor says the tables "
+                        "differ from the head's)")
     p.set_defaults(func=cmd_install)
 
     p = sub.add_parser("uninstall", parents=[common], help="remove the schema (keeps roles)")
@@ -258,8 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pyagentdb: database error: {str(exc).strip()}", file=sys.stderr)
             return 1
         print(f"pyagentdb: the agentdb schema is not installed (or is too old) in this database: "
-              f"{str(exc).splitlines()[0]}\nFix: pyagentdb install"
-              + (f" --dsn '{args.dsn}'" if getattr(args, "dsn", None) else ""), file=sys.stderr)
+              f"{str(exc).splitlines()[0]}\nFix: {fix_command(args)}", file=sys.stderr)
         return 1
     except psycopg.Error as exc:
         print(f"pyagentdb: database error: {str(exc).strip()}", file=sys.stderr)

