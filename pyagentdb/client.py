@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from .claims import patterns as claim_patterns
@@ -86,6 +87,16 @@ class Receipt:
         )
 
 
+@contextmanager
+def _block(conn: psycopg.Connection, single: bool) -> Iterator[psycopg.Cursor]:
+    if single and conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+        with conn.cursor() as cur:
+            yield cur
+    else:
+        with conn.transaction(), conn.cursor() as cur:
+            yield cur
+
+
 class Task:
     """One user message's unit of work; created by Client.task()."""
 
@@ -114,19 +125,23 @@ class Client:
         self._claim_fingerprint_known = False
 
     @contextmanager
-    def _cursor(self) -> Iterator[psycopg.Cursor]:
+    def _cursor(self, *, single: bool = False) -> Iterator[psycopg.Cursor]:
+        """A cursor in a transaction block: it commits on exit, or becomes a savepoint when the
+        caller already has a transaction open (the caller's choice is kept).
+
+        single: the block will send one statement. On an autocommit connection with no
+        transaction open, that statement is its own transaction, so it goes alone: one round
+        trip instead of BEGIN, the statement and COMMIT."""
         source = self._source
         if isinstance(source, psycopg.Connection):
-            # A transaction block commits on exit, or becomes a savepoint when the
-            # caller already has a transaction open: the caller's choice is kept.
-            with source.transaction(), source.cursor() as cur:
+            with _block(source, single) as cur:
                 yield cur
         else:
-            with source.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            with source.connection() as conn, _block(conn, single) as cur:
                 yield cur
 
     def _scalar(self, query: str, params: tuple | dict = ()) -> Any:
-        with self._cursor() as cur:
+        with self._cursor(single=True) as cur:
             row = cur.execute(query, params).fetchone()
             return row[0] if row else None
 

@@ -61,6 +61,7 @@ def check(conn: psycopg.Connection, fix: str = "pyagentdb install") -> dict:
                 r[0] for r in conn.execute("SELECT * FROM agentdb.watched").fetchall()
             ]
         problems += _claim_pattern_problems(conn, report)
+        _temp_privilege_warning(conn, report)
         if report.get("stale_running_tasks"):
             problems.append(
                 f"{report['stale_running_tasks']} task(s) running for over an hour: "
@@ -177,6 +178,26 @@ def shape_problems(conn: psycopg.Connection, report: dict, fix: str = "pyagentdb
         f"the tables and views differ from this package's head in {len(missing) + len(extra)} place(s) "
         f"({'; '.join(shown)}{f'; and {more} more' if more > 0 else ''}): run `{fix} --repair`"
     ]
+
+
+def _temp_privilege_warning(conn: psycopg.Connection, report: dict) -> None:
+    """An agent session that may create temporary tables can shadow a table that a function
+    with an unpinned search_path reads. register_tool refuses such conflict checks, so this is
+    a warning (the second line), not a problem: PUBLIC holds TEMPORARY by default, and only a
+    DBA can take it away without breaking other roles' temporary tables."""
+    row = conn.execute(
+        "SELECT has_database_privilege('agentdb_agent', current_database(), 'TEMPORARY'),"
+        " current_database()"
+    ).fetchone()
+    report["agent_may_create_temp_tables"] = row[0]
+    if not row[0]:
+        return
+    db = psycopg.sql.Identifier(row[1]).as_string(conn)
+    report.setdefault("warnings", []).append(
+        "members of agentdb_agent may create temporary tables (TEMPORARY is granted to PUBLIC): run "
+        f"REVOKE TEMPORARY ON DATABASE {db} FROM PUBLIC; then GRANT TEMPORARY ON DATABASE {db} TO "
+        "each role that needs temporary tables"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,43 @@ DROP FUNCTION IF EXISTS agentdb.register_tool(
     boolean, integer
 );
 
+-- A conflict check must not search pg_temp before the tables it reads: a
+-- function declared SET search_path = public searches pg_temp first, so an
+-- agent session's temporary table of the same name would stand in for the real
+-- one. Accepted: no SET search_path (it then runs with invoke's pinned
+-- pg_catalog, pg_temp), or a path that names pg_temp last.
+CREATE OR REPLACE FUNCTION agentdb_private.check_search_path(p_check regprocedure, p_tool text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_path text;
+    v_parts text [];
+    v_fn text;
+BEGIN
+    SELECT substr(c, length('search_path=') + 1),
+           format('%I.%I(%s)', n.nspname, p.proname, pg_catalog.oidvectortypes(p.proargtypes))
+      INTO v_path, v_fn
+      FROM pg_catalog.pg_proc AS p
+      JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
+      LEFT JOIN LATERAL unnest(p.proconfig) AS c ON c LIKE 'search_path=%'
+     WHERE p.oid = p_check;
+    IF v_path IS NULL THEN
+        RETURN;
+    END IF;
+    v_parts := ARRAY(SELECT trim(both ' "' FROM x) FROM unnest(string_to_array(v_path, ',')) AS x);
+    IF v_parts[cardinality(v_parts)] = 'pg_temp' THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'tool %: conflict check % sets search_path = %, which searches pg_temp first', p_tool, v_fn, v_path
+        USING ERRCODE = 'invalid_parameter_value',
+              DETAIL = 'A session''s temporary table of the same name would stand in for the table the check reads.',
+              HINT = format('Name pg_temp last: ALTER FUNCTION %s SET search_path = %s', v_fn,
+                            array_to_string(array_remove(v_parts, 'pg_temp') || 'pg_temp'::text, ', '));
+END
+$$;
+
 -- Register (or re-register) a tool. Validates the table and every column
 -- named, and fails with a message that says what to fix.
 CREATE OR REPLACE FUNCTION agentdb.register_tool(
@@ -111,6 +148,7 @@ BEGIN
                 USING HINT = 'Return NULL when there is no conflict, or the reason as text (or jsonb {reason, alternative}).',
                       ERRCODE = 'invalid_parameter_value';
         END IF;
+        PERFORM agentdb_private.check_search_path(conflict_check, name);
     END IF;
 
     INSERT INTO agentdb_private.tools AS t (

@@ -25,9 +25,9 @@ AS $$
                         p_a, p_b, p_col)
         WHEN p_type = 'json'::regtype
             THEN format('%1$s.%3$I::jsonb IS DISTINCT FROM %2$s.%3$I::jsonb', p_a, p_b, p_col)
-        WHEN p_type IN ('xml'::regtype, 'point'::regtype)
-            THEN format('%1$s.%3$I::text IS DISTINCT FROM %2$s.%3$I::text', p_a, p_b, p_col)
-        ELSE format('%1$s.%3$I IS DISTINCT FROM %2$s.%3$I', p_a, p_b, p_col)
+        -- Any other type by its exact text form, not by the type's =: '30 days' =
+        -- '1 mon' for interval, 90.0 = 90.00 for numeric, yet neither is what was asked.
+        ELSE format('%1$s.%3$I::text IS DISTINCT FROM %2$s.%3$I::text', p_a, p_b, p_col)
     END
 $$;
 
@@ -104,6 +104,42 @@ AS $$
      LIMIT 1
 $$;
 
+-- The first argument (of p_args) that its column would store differently from
+-- what was given, its type's modifier rounding or cutting it (89.999 into
+-- numeric(10,2) is stored as 90.00): (field, the value given, the value stored).
+-- Compared by the base type's own equality, so 90 into numeric(10,2) fits.
+CREATE OR REPLACE FUNCTION agentdb_private.lossy_field(
+    p_target regclass, p_args jsonb, OUT field text, OUT given text, OUT stored text
+)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_col record;
+    v_same boolean;
+BEGIN
+    FOR v_col IN
+        SELECT a.attname::text AS name, format_type(a.atttypid, a.atttypmod) AS full_type,
+               format_type(coalesce(nullif(b.typbasetype, 0), a.atttypid), NULL) AS base_type
+          FROM pg_catalog.pg_attribute AS a
+          JOIN pg_catalog.pg_type AS b ON b.oid = a.atttypid
+         WHERE a.attrelid = p_target AND a.attnum > 0 AND NOT a.attisdropped
+           AND (a.atttypmod >= 0 OR b.typtypmod >= 0) AND b.typcategory <> 'A'
+           AND p_args ? a.attname::text AND jsonb_typeof(p_args -> a.attname::text) NOT IN ('null', 'object', 'array')
+         ORDER BY a.attnum LOOP
+        EXECUTE format('SELECT ($1::%1$s)::%2$s IS NOT DISTINCT FROM $1::%2$s, ($1::%1$s)::text',
+                       v_col.full_type, v_col.base_type)
+            INTO v_same, stored USING p_args ->> v_col.name;
+        IF NOT v_same THEN
+            field := v_col.name;
+            given := p_args ->> v_col.name;
+            RETURN;
+        END IF;
+    END LOOP;
+    stored := NULL;
+END
+$$;
+
 -- A result object for a write that did not happen.
 CREATE OR REPLACE FUNCTION agentdb_private.not_done(
     p_outcome text, p_refusal text, p_error text DEFAULT NULL, p_extra jsonb DEFAULT '{}'
@@ -117,13 +153,17 @@ AS $$
     ) || coalesce(p_extra, '{}')
 $$;
 
--- Earlier signature (before p_task, p_seq): dropped so calls stay unambiguous.
+-- Earlier signatures (before p_task, p_seq; before p_dry): dropped so calls stay unambiguous.
 DROP FUNCTION IF EXISTS agentdb_private.guarded_write(agentdb_private.tools, text, jsonb, integer, bigint);
+DROP FUNCTION IF EXISTS agentdb_private.guarded_write(
+    agentdb_private.tools, text, jsonb, integer, bigint, uuid, integer
+);
 
 -- Validate the arguments and perform the write with its proof. Never raises
 -- for bad input: every problem comes back as a result object.
--- p_task, p_seq: the step this write belongs to (NULL for a dry run); the
--- write statement runs marked with them (agentdb.call, see sql/63_watch.sql).
+-- p_task, p_seq: the step this write belongs to; the write statement runs
+-- marked with them (agentdb.call, see sql/63_watch.sql). p_dry: check the call
+-- (arguments, duplicate, conflict) and stop before the statement (propose).
 CREATE OR REPLACE FUNCTION agentdb_private.guarded_write(
     p_tool agentdb_private.tools,
     p_user text,
@@ -131,7 +171,8 @@ CREATE OR REPLACE FUNCTION agentdb_private.guarded_write(
     p_expect_rows integer,
     p_expected_version bigint,
     p_task uuid DEFAULT NULL,
-    p_seq integer DEFAULT NULL
+    p_seq integer DEFAULT NULL,
+    p_dry boolean DEFAULT false
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -172,6 +213,8 @@ DECLARE
     v_conflict jsonb;
     v_check text;
     v_obj jsonb;
+    v_lossy record;
+    v_lock text;
 BEGIN
     -- Shape of the arguments.
     IF p_args IS NULL OR jsonb_typeof(p_args) <> 'object' THEN
@@ -265,6 +308,12 @@ BEGIN
                        coalesce(format_type((v_types ->> v_key)::oid, NULL), '?'), SQLERRM),
                 jsonb_build_object('field', v_key));
         END;
+        SELECT * INTO v_lossy FROM agentdb_private.lossy_field(p_tool.target, v_obj);
+        IF v_lossy.field IS NOT NULL THEN
+            RETURN agentdb_private.not_done('invalid', 'lossy_value',
+                format('%s: %s would be stored as %s', v_lossy.field, v_lossy.given, v_lossy.stored),
+                jsonb_build_object('field', v_lossy.field));
+        END IF;
     END LOOP;
 
     -- What must be present, what is compared on read-back, how many rows.
@@ -347,12 +396,19 @@ BEGIN
 
     -- Duplicate: the same dedup values already exist for this owner.
     IF p_tool.dedup_columns IS NOT NULL THEN
-        -- Serialise racing duplicates of the same values.
+        -- Serialise racing duplicates of the same values: keyed on the values as
+        -- converted to the columns (the same instant written in two time zones is
+        -- one key), without the timestamp columns, whose duplicates are a range.
+        EXECUTE format('SELECT concat_ws(chr(31), %s) FROM jsonb_populate_record(NULL::%s, $1) AS agentdb_asked',
+            coalesce((SELECT string_agg(format('agentdb_asked.%I::text', d), ', ')
+                        FROM unnest(p_tool.dedup_columns) AS d
+                       WHERE (v_types ->> d)::oid NOT IN ('timestamptz'::regtype, 'timestamp'::regtype)), ''''''),
+            v_target)
+            INTO v_lock USING v_args;
         PERFORM pg_advisory_xact_lock(hashtextextended(
-            p_tool.name || '|' || coalesce(p_user, '') || '|'
-            || (SELECT string_agg(coalesce(v_args ->> d, ''), '|') FROM unnest(p_tool.dedup_columns) AS d), 0));
+            p_tool.name || '|' || coalesce(p_user, '') || '|' || coalesce(v_lock, ''), 0));
         v_sql := format(
-            'SELECT to_jsonb(t) FROM %s AS t, jsonb_populate_record(NULL::%s, $1) AS r WHERE %s %s LIMIT 1',
+            'SELECT to_jsonb(t.*) FROM %s AS t, jsonb_populate_record(NULL::%s, $1) AS r WHERE %s %s LIMIT 1',
             v_target, v_target,
             -- Written so an index on (owner, dedup columns) can serve it: '=' for a value,
             -- IS NULL for a NULL, and "within one second" as a range for timestamps.
@@ -401,15 +457,21 @@ BEGIN
         END IF;
     END IF;
 
+    IF p_dry THEN
+        -- A dry run stops here: the statement (and every trigger of the target) never runs.
+        RETURN jsonb_build_object('outcome', 'success', 'refusal', NULL, 'verified', false,
+                                  'affected_rows', 0, 'attempts', 0, 'error', NULL, 'dry_run', true);
+    END IF;
+
     -- The statement. Values always travel as parameters, names through %I.
     IF p_tool.action = 'insert' THEN
-        v_sql := format('INSERT INTO %s AS t (%s) SELECT %s FROM jsonb_populate_record(NULL::%s, $1) AS r RETURNING to_jsonb(t)',
+        v_sql := format('INSERT INTO %s AS t (%s) SELECT %s FROM jsonb_populate_record(NULL::%s, $1) AS r RETURNING to_jsonb(t.*) AS agentdb_row',
             v_target,
             (SELECT string_agg(format('%I', c), ', ') FROM unnest(v_set_cols) AS c),
             (SELECT string_agg(format('r.%I', c), ', ') FROM unnest(v_set_cols) AS c),
             v_target);
     ELSIF p_tool.action = 'update' THEN
-        v_sql := format('UPDATE %s AS t SET %s%s FROM jsonb_populate_record(NULL::%s, $1) AS r, jsonb_populate_record(NULL::%s, $2) AS w WHERE %s%s%s RETURNING to_jsonb(t)',
+        v_sql := format('UPDATE %s AS t SET %s%s FROM jsonb_populate_record(NULL::%s, $1) AS r, jsonb_populate_record(NULL::%s, $2) AS w WHERE %s%s%s RETURNING to_jsonb(t.*) AS agentdb_row',
             v_target,
             (SELECT string_agg(format('%1$I = r.%1$I', c), ', ') FROM unnest(v_set_cols) AS c),
             CASE WHEN v_ver IS NULL THEN '' ELSE format(', %1$I = t.%1$I + 1', v_ver) END,
@@ -419,14 +481,14 @@ BEGIN
             CASE WHEN v_owner IS NULL THEN '' ELSE format(' AND t.%1$I = w.%1$I', v_owner) END,
             CASE WHEN v_ver IS NULL THEN '' ELSE format(' AND t.%I = $3', v_ver) END);
     ELSE
-        v_sql := format('DELETE FROM %s AS t USING jsonb_populate_record(NULL::%s, $2) AS w WHERE %s%s RETURNING to_jsonb(t)',
+        v_sql := format('DELETE FROM %s AS t USING jsonb_populate_record(NULL::%s, $2) AS w WHERE %s%s RETURNING to_jsonb(t.*) AS agentdb_row',
             v_target, v_target,
             CASE WHEN v_bulk THEN agentdb_private.match_sql(v_where_cols, 'w', true)
                  ELSE agentdb_private.match_sql(v_keys, 'w') END,
             CASE WHEN v_owner IS NULL THEN '' ELSE format(' AND t.%1$I = w.%1$I', v_owner) END);
     END IF;
     -- Collect every returned row so bulk writes are counted and read back too.
-    v_sql := format('WITH done AS (%s) SELECT count(*)::int, jsonb_agg(done.to_jsonb) FROM done', v_sql);
+    v_sql := format('WITH done AS (%s) SELECT count(*)::int, jsonb_agg(done.agentdb_row) FROM done', v_sql);
 
     -- For updates/deletes $2 holds the row-finding values (key or where) plus owner.
     v_where := CASE
@@ -452,7 +514,7 @@ BEGIN
             IF v_affected <> v_expect THEN
                 IF v_affected = 0 AND v_ver IS NOT NULL THEN
                     -- Zero rows with a version: is the row there under a newer version?
-                    EXECUTE format('SELECT to_jsonb(t) FROM %s AS t, jsonb_populate_record(NULL::%s, $1) AS w WHERE %s%s',
+                    EXECUTE format('SELECT to_jsonb(t.*) FROM %s AS t, jsonb_populate_record(NULL::%s, $1) AS w WHERE %s%s',
                         v_target, v_target,
                         CASE WHEN v_bulk THEN agentdb_private.match_sql(v_where_cols, 'w', true)
                              ELSE agentdb_private.match_sql(v_keys, 'w') END,
@@ -477,6 +539,14 @@ BEGIN
                 RAISE EXCEPTION USING ERRCODE = 'AD001', MESSAGE = v_fail_error;
             END IF;
 
+            -- Deferred constraints and constraint triggers run now, inside this
+            -- subtransaction: a deferred failure is this step's, and a deferred
+            -- rewrite is seen by the read-back. Inside a caller's transaction
+            -- (now() is its start, not this statement's) the nested block is then
+            -- undone, so the caller's own constraints stay deferred (their events
+            -- fire again at its COMMIT).
+            BEGIN
+            SET CONSTRAINTS ALL IMMEDIATE;
             -- Read back by key, in the same transaction, and compare.
             IF p_tool.action = 'delete' THEN
                 EXECUTE format('SELECT count(*)::int FROM jsonb_populate_recordset(NULL::%s, $1) AS r '
@@ -493,7 +563,7 @@ BEGIN
             ELSE
                 -- k: the keys that the write returned; r: the values asked for.
                 EXECUTE format(
-                    'SELECT count(*)::int, jsonb_agg(to_jsonb(t)), string_agg(%s, chr(31)) '
+                    'SELECT count(*)::int, jsonb_agg(to_jsonb(t.*)), string_agg(%s, chr(31)) '
                     || 'FROM jsonb_populate_recordset(NULL::%s, $1) AS k '
                     -- LATERAL ... OFFSET 0: one key probe per written row, whatever the
                     -- planner guesses for the recordset (it guesses 100 rows and may scan).
@@ -520,6 +590,12 @@ BEGIN
                 END IF;
                 v_readback := CASE WHEN v_bulk THEN NULL ELSE v_readback -> 0 END;
             END IF;
+            IF now() <> statement_timestamp() THEN
+                RAISE EXCEPTION USING ERRCODE = 'AD003', MESSAGE = 'checked';
+            END IF;
+            EXCEPTION WHEN SQLSTATE 'AD003' THEN
+                NULL;
+            END;
 
             RETURN jsonb_build_object(
                 'outcome', 'success', 'refusal', NULL, 'verified', true,

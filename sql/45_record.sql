@@ -1,5 +1,14 @@
 -- Step and audit rows, and the receipt built from them.
 
+-- Sentences of the write path's own refusals (same rules as sql/60_messages.sql:
+-- no internal names).
+INSERT INTO agentdb_private.messages AS m (code, lang, body) VALUES
+('detail.refused.isolation_level', 'zh', '没能{label}:这次请求的方式无法安全核对,所以没有执行,什么都没有改动。'),
+('detail.refused.isolation_level', 'en', 'Couldn''t {label}: it was sent in a way that can''t be checked safely, so it was not carried out and nothing was changed.'),
+('detail.invalid.lossy_value', 'zh', '没能{label}:有一项数值比能保存的更精确(比如小数位太多),请核对后再试。什么都没有改动。'),
+('detail.invalid.lossy_value', 'en', 'Couldn''t {label}: a value is more precise than can be stored (for example, too many decimal places). Please check it and try again; nothing was changed.')
+ON CONFLICT (code, lang) DO UPDATE SET body = excluded.body;
+
 -- "提醒时间 / when to remind": an app-given text in both languages, zh first; the
 -- part for p_lang (or the whole text when it has no ' / ').
 CREATE OR REPLACE FUNCTION agentdb_private.in_lang(p_text text, p_lang text)
@@ -182,6 +191,41 @@ BEGIN
     END IF;
     RETURN agentdb_private.record_step(p_task, v_seq, left(p_tool_name, 200), p_tool, p_args, p_reason, NULL,
         clock_timestamp(), p_result);
+END
+$$;
+
+-- A call made outside READ COMMITTED is refused before the task is locked: an
+-- older snapshot would hide a racing call's rows (a duplicate decided on it, a
+-- step number taken twice). The refusal is recorded when that is possible
+-- without the lock (a concurrent call can make even that fail: then the receipt
+-- says recorded false). NULL when the isolation level is READ COMMITTED.
+CREATE OR REPLACE FUNCTION agentdb_private.refuse_isolation(
+    p_task uuid, p_tool text, p_args jsonb, p_reason text
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task agentdb_private.tasks;
+    v_tool agentdb_private.tools;
+    v_result jsonb;
+BEGIN
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        RETURN NULL;
+    END IF;
+    v_result := agentdb_private.not_done('refused', 'isolation_level',
+        format('agentdb calls run in READ COMMITTED; this transaction is %s',
+               upper(current_setting('transaction_isolation'))));
+    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = p_task;
+    SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = p_tool;
+    BEGIN
+        RETURN agentdb_private.record_refusal(v_task, p_task, coalesce(p_tool, ''), v_tool, p_args, p_reason, v_result);
+    EXCEPTION WHEN OTHERS THEN
+        RETURN v_result || jsonb_build_object('task_id', p_task, 'tool', left(p_tool, 200), 'recorded', false,
+            'detail', agentdb_private.detail_text(v_result,
+                CASE WHEN v_task.lang = 'en' THEN v_tool.label_en ELSE v_tool.label_zh END, v_task.lang));
+    END;
 END
 $$;
 

@@ -75,6 +75,10 @@ DECLARE
     v_state text;
     v_msg text;
 BEGIN
+    v_result := agentdb_private.refuse_isolation(p_task, p_tool, p_args, p_reason);
+    IF v_result IS NOT NULL THEN
+        RETURN v_result;
+    END IF;
     -- Unknown task: nothing to attach a step to, but the attempt is audited
     -- under the id that was asked for (no step row: seq is NULL).
     SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = p_task FOR UPDATE;

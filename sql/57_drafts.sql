@@ -59,7 +59,8 @@ END
 $$;
 
 -- Propose a call of a tool that needs confirmation. Nothing is written to the
--- target: the arguments are checked by a dry run that is rolled back.
+-- target: the call is checked by a dry run that stops before the statement
+-- (arguments, duplicate, conflict), so no trigger of the target runs.
 CREATE OR REPLACE FUNCTION agentdb.propose(
     task uuid, tool text, args jsonb, reason text DEFAULT NULL, expect_rows integer DEFAULT NULL
 )
@@ -76,17 +77,17 @@ DECLARE
     v_draft agentdb_private.drafts;
     v_lang text;
 BEGIN
+    v_dry := agentdb_private.refuse_isolation(propose.task, propose.tool, propose.args, propose.reason);
+    IF v_dry IS NOT NULL THEN
+        RETURN v_dry;
+    END IF;
     SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = propose.task FOR UPDATE;
     SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = propose.tool;
     v_dry := agentdb_private.gate_checks(v_task, propose.tool, v_tool);
     IF v_dry IS NULL THEN
-        -- Dry run: the full guarded write, then rolled back whatever happened.
-        BEGIN
-            v_dry := agentdb_private.guarded_write(v_tool, v_task.user_id, propose.args, propose.expect_rows, NULL);
-            RAISE EXCEPTION USING ERRCODE = 'AD002', MESSAGE = 'dry run';
-        EXCEPTION WHEN SQLSTATE 'AD002' THEN
-            NULL;
-        END;
+        -- Dry run: the guarded write's checks, without its statement.
+        v_dry := agentdb_private.guarded_write(v_tool, v_task.user_id, propose.args, propose.expect_rows, NULL,
+                                               p_dry => true);
         IF v_dry ->> 'outcome' = 'success' THEN
             v_dry := NULL;
         END IF;
@@ -179,6 +180,11 @@ DECLARE
     v_receipt jsonb;
     v_extra jsonb := '{}';
 BEGIN
+    v_receipt := agentdb_private.refuse_isolation(confirm.task, 'confirm',
+        jsonb_build_object('draft', left(draft_ref, 200)), 'confirm');
+    IF v_receipt IS NOT NULL THEN
+        RETURN v_receipt;
+    END IF;
     SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = confirm.task FOR UPDATE;
     IF NOT FOUND THEN
         RETURN agentdb_private.record_refusal(v_task, confirm.task, NULL, NULL,
@@ -203,6 +209,8 @@ BEGIN
             WHEN v_draft.status = 'expired' OR v_draft.expires_at < clock_timestamp() THEN 'draft_expired'
             WHEN v_draft.task_id = v_task.id OR v_draft.shown_in_task = v_task.id THEN 'draft_same_turn'
             WHEN v_draft.shown_in_task IS NULL THEN 'draft_not_shown'
+            -- The confirming message was written before the draft was shown to the user.
+            WHEN v_draft.shown_at > v_task.created_at THEN 'draft_not_shown'
             WHEN v_shown_task.created_at >= v_task.created_at THEN 'draft_same_turn'
             WHEN v_draft.args_hash <> agentdb_private.args_hash(v_draft.args) THEN 'draft_tampered'
             -- A step under this draft's call_id that confirm did not make (the draft is still

@@ -18,6 +18,11 @@ DECLARE
     v_refusal jsonb;
     v_action agentdb_private.actions;
 BEGIN
+    v_refusal := agentdb_private.refuse_isolation(request_approval.task, request_approval.tool,
+        request_approval.args, request_approval.reason);
+    IF v_refusal IS NOT NULL THEN
+        RETURN v_refusal;
+    END IF;
     SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = request_approval.task FOR UPDATE;
     SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = request_approval.tool;
     v_refusal := agentdb_private.gate_checks(v_task, request_approval.tool, v_tool);
@@ -132,7 +137,8 @@ BEGIN
      WHERE a.id = p_action;
     IF p_approve THEN
         -- Wakes a listening worker; delivered at commit, so it never sees an uncommitted job.
-        PERFORM pg_notify('agentdb_actions', p_action::text);
+        -- Any role may LISTEN: the payload is empty, the worker reads the queue itself.
+        PERFORM pg_notify('agentdb_actions', '');
     END IF;
     RETURN jsonb_build_object('outcome', CASE WHEN p_approve THEN 'approved' ELSE 'rejected' END,
                               'action_id', p_action);

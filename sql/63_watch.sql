@@ -90,9 +90,9 @@ BEGIN
     -- The first two changed rows: none, one (the common case, logged with
     -- no set-based query) or several.
     IF TG_OP = 'DELETE' THEN
-        SELECT array_agg(x.j) INTO v_first FROM (SELECT to_jsonb(t) AS j FROM agentdb_old AS t LIMIT 2) AS x;
+        SELECT array_agg(x.j) INTO v_first FROM (SELECT to_jsonb(t.*) AS j FROM agentdb_old AS t LIMIT 2) AS x;
     ELSIF TG_OP <> 'TRUNCATE' THEN
-        SELECT array_agg(x.j) INTO v_first FROM (SELECT to_jsonb(t) AS j FROM agentdb_new AS t LIMIT 2) AS x;
+        SELECT array_agg(x.j) INTO v_first FROM (SELECT to_jsonb(t.*) AS j FROM agentdb_new AS t LIMIT 2) AS x;
         IF v_first IS NULL THEN
             RETURN NULL;
         END IF;
@@ -127,7 +127,7 @@ BEGIN
             v_old := v_first[1];
         ELSIF TG_OP = 'UPDATE' THEN
             v_new := v_first[1];
-            SELECT to_jsonb(t) INTO v_old FROM agentdb_old AS t;
+            SELECT to_jsonb(t.*) INTO v_old FROM agentdb_old AS t;
         END IF;
         v_rec := ROW(
             nextval('agentdb_private.change_log_id_seq'::regclass), v_oid, v_name, TG_OP,
@@ -162,7 +162,7 @@ BEGIN
                              ELSE (SELECT jsonb_object_agg(k, r.j -> k) FROM unnest(v_keys) AS k) END,
                         NULL, r.j, v_txid, v_task, v_seq, session_user, v_at,
                         v_tail.stripe, v_tail.last_seq + r.n, NULL)::agentdb_private.change_log
-                      FROM (SELECT row_number() OVER () AS n, to_jsonb(t) AS j FROM agentdb_new AS t) AS r
+                      FROM (SELECT row_number() OVER () AS n, to_jsonb(t.*) AS j FROM agentdb_new AS t) AS r
                 ) AS s
           ) AS x
          WHERE x.n > 0;
@@ -184,7 +184,7 @@ BEGIN
                              ELSE (SELECT jsonb_object_agg(k, r.j -> k) FROM unnest(v_keys) AS k) END,
                         r.j, NULL, v_txid, v_task, v_seq, session_user, v_at,
                         v_tail.stripe, v_tail.last_seq + r.n, NULL)::agentdb_private.change_log
-                      FROM (SELECT row_number() OVER () AS n, to_jsonb(t) AS j FROM agentdb_old AS t) AS r
+                      FROM (SELECT row_number() OVER () AS n, to_jsonb(t.*) AS j FROM agentdb_old AS t) AS r
                 ) AS s
           ) AS x
          WHERE x.n > 0;
@@ -193,10 +193,10 @@ BEGIN
         -- are paired in the order the statement updated them.
         INSERT INTO agentdb_private.change_log OVERRIDING SYSTEM VALUE
         WITH o AS (
-            SELECT row_number() OVER () AS n, to_jsonb(t) AS j FROM agentdb_old AS t
+            SELECT row_number() OVER () AS n, to_jsonb(t.*) AS j FROM agentdb_old AS t
         ),
         w AS (
-            SELECT row_number() OVER () AS n, to_jsonb(t) AS j FROM agentdb_new AS t
+            SELECT row_number() OVER () AS n, to_jsonb(t.*) AS j FROM agentdb_new AS t
         ),
         ok AS (
             SELECT o.n, o.j,

@@ -580,6 +580,10 @@ BEGIN
     v_args := jsonb_strip_nulls(jsonb_build_object(
         'statement', left(p_statement, agentdb_private.max_sql_chars()),
         'expect_rows', p_expect_rows));
+    v_result := agentdb_private.refuse_isolation(p_task, 'run_sql', v_args, p_reason);
+    IF v_result IS NOT NULL THEN
+        RETURN v_result;
+    END IF;
 
     SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = p_task FOR UPDATE;
     IF NOT FOUND THEN

@@ -41,3 +41,14 @@ agentdb.v_audit,
 agentdb.v_problems,
 agentdb.v_errors_by_tool
 TO agentdb_auditor;
+
+-- Agents get no TEMPORARY privilege of their own: a temporary table is how a
+-- session shadows a table that an unpinned function reads (see
+-- agentdb_private.check_search_path). While TEMPORARY is granted to PUBLIC
+-- (PostgreSQL's default) members still have it: `pyagentdb doctor` says so and
+-- gives the commands for the DBA.
+DO $temp$
+BEGIN
+    EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM agentdb_agent', current_database());
+END
+$temp$;

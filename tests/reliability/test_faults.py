@@ -176,7 +176,9 @@ def test_invoke_insert(world, method):
         content = f"add-{method}-{point}"
         args = {"content": content, "remind_at": FAR}
         task, call_id = begin(w.db), f"call-{point}"
-        hold = {"task": task, "dedup": f"add_reminder|u1|{content}|{FAR}"}
+        # The dedup lock's key: tool, owner, the converted values of the dedup columns other
+        # than timestamps (sql/40_invoke.sql).
+        hold = {"task": task, "dedup": f"add_reminder|u1|{content}"}
         victim = inject(w, point, method, INVOKE, (task, tool, json.dumps(args), call_id), hold, w.agent)
         rows = w.db.execute("SELECT count(*) FROM reminders WHERE content = %s", (content,)).fetchone()[0]
         steps = count_steps(w.db, task, call_id)
