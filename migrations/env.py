@@ -17,10 +17,21 @@ VERSION_TABLE = "agentdb_alembic_version"
 config = context.config
 
 
+# From this revision on, every revision's SQL is idempotent (it checks, or uses IF NOT
+# EXISTS, before it changes anything).
+FIRST_REPEATABLE = 7
+
+
 def _repair_scripts():
-    """The idempotent repair revisions (versions/NNNN_repair_*.sql), in order: `pyagentdb
-    install --repair` runs them again on a database already at head."""
-    return sorted((resources.migrations_dir() / "versions").glob("*_repair_*.sql"))
+    """The revisions' SQL from FIRST_REPEATABLE on, in order: `pyagentdb install --repair`
+    runs them all again on a database already at head. All of them, not only the repair
+    revisions: a repair revision brings a table to the shape of its own time, and the later
+    revisions then bring it to the head's."""
+    found = []
+    for path in (resources.migrations_dir() / "versions").glob("[0-9][0-9][0-9][0-9]_*.sql"):
+        if int(path.name[:4]) >= FIRST_REPEATABLE:
+            found.append(path)
+    return sorted(found)
 
 
 def _apply_sql_online(connection, *, migrated: bool) -> None:
