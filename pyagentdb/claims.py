@@ -84,6 +84,19 @@ def _compiled(lang: str):
     return exclude, claims, script, fold
 
 
+@lru_cache(maxsize=8)
+def _labels(lang: str) -> list[tuple[str, re.Pattern]]:
+    """The clause recognisers of a language, in byte order of their names (as in SQL)."""
+    spec = patterns()["languages"][lang].get("labels") or {}
+    return [(name, re.compile(spec[name])) for name in sorted(spec)]
+
+
+@lru_cache(maxsize=1)
+def _question_sep() -> re.Pattern | None:
+    sep = patterns().get("question_sep")
+    return re.compile(sep) if sep else None
+
+
 @lru_cache(maxsize=1)
 def _split():
     return _Longest(patterns()["clause_split"])
@@ -98,6 +111,48 @@ def _clauses(text: str):
         pos = max(end, pos + 1) if end == start else end
     if pos < len(text):
         yield pos, text[pos:]
+
+
+def _pieces(text: str):
+    """(start, clause, separator after it or None) for every piece between separators, empty
+    ones included: the cuts regexp_split_to_array makes in SQL."""
+    pos = 0
+    for start, end in _split().spans(text):
+        yield pos, text[pos:start], text[start:end]
+        pos = end
+    yield pos, text[pos:], None
+
+
+def read_clauses(text: str | None) -> list[dict]:
+    """The clauses of `text` and what each is recognised as, exactly as
+    agentdb_private.read_clauses: [{start, end, labels}], labels sorted. A label is given when
+    its regex matches the clause in a language whose script the clause holds; "question" when
+    the separator after the clause matches question_sep; "blank" when the clause holds no
+    language's script. Clauses of spaces only are left out."""
+    if not text:
+        return []
+    max_clause = patterns().get("max_clause")
+    question = _question_sep()
+    out = []
+    for start, whole, sep in _pieces(text):
+        clause = whole[:max_clause] if max_clause else whole
+        if not clause.strip(" "):
+            continue
+        labels: set[str] = set()
+        scripted = False
+        for code in sorted(patterns()["languages"]):
+            _exclude, _claims, script, fold = _compiled(code)
+            if script is not None and not script.search(clause):
+                continue
+            scripted = True
+            subject = clause.translate(_ASCII_LOWER) if fold else clause
+            labels.update(name for name, rx in _labels(code) if name not in labels and rx.search(subject))
+        if not scripted:
+            labels.add("blank")
+        if sep is not None and question is not None and question.search(sep):
+            labels.add("question")
+        out.append({"start": start, "end": start + len(whole), "labels": sorted(labels)})
+    return out
 
 
 def detect_claims(text: str | None, lang: str | None = None) -> list[Claim]:

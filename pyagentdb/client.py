@@ -154,10 +154,16 @@ class Client:
         *,
         authenticated: bool = False,
         lang: str = "zh",
+        expects_action: bool = False,
+        time_zone: str | None = None,
     ) -> uuid.UUID:
+        """expects_action: the user asked for something to be done (tools were offered), so a reply
+        with no step behind it is delivered only as a question, an offer, a draft or "nothing was
+        done". time_zone: the user's (IANA name); None for the server's."""
         return self._scalar(
-            "SELECT agentdb.begin_task(%s, %s, %s, authenticated => %s, lang => %s)",
-            (user_id, conversation_id, goal, authenticated, lang),
+            "SELECT agentdb.begin_task(%s, %s, %s, authenticated => %s, lang => %s,"
+            " expects_action => %s, time_zone => %s)",
+            (user_id, conversation_id, goal, authenticated, lang, expects_action, time_zone),
         )
 
     def finish_task(self, task: uuid.UUID | str) -> str:
@@ -172,10 +178,21 @@ class Client:
         *,
         authenticated: bool = False,
         lang: str = "zh",
+        expects_action: bool = False,
+        time_zone: str | None = None,
     ) -> Iterator[Task]:
         """Open a task for one user message; it is settled in `finally`, even on error."""
         task = Task(
-            self, self.begin_task(user_id, conversation_id, goal, authenticated=authenticated, lang=lang)
+            self,
+            self.begin_task(
+                user_id,
+                conversation_id,
+                goal,
+                authenticated=authenticated,
+                lang=lang,
+                expects_action=expects_action,
+                time_zone=time_zone,
+            ),
         )
         try:
             yield task

@@ -17,7 +17,7 @@ from typing import Any
 import regex
 from psycopg.types.json import Jsonb
 
-from .claims import detect_claims
+from .claims import detect_claims, read_clauses
 
 # Replies longer than this are left to the database's detector (a real reply is far shorter).
 DETECT_HERE_MAX = 4_000
@@ -31,6 +31,8 @@ class Verdict:
     claims: list[dict] = field(default_factory=list)
     repeated: bool = False
     claims_from: str | None = None  # "runtime", "database" or "declared": who found the claims
+    book_state: str | None = None  # "troubled", "empty" or "clean": the books the verdict was decided on
+    reason: str | None = None  # why the reply was replaced (for logs; never shown to the user)
 
     @property
     def replaced(self) -> bool:
@@ -45,6 +47,8 @@ class Verdict:
             claims=list(data.get("claims") or []),
             repeated=bool(data.get("repeated")),
             claims_from=data.get("claims_from"),
+            book_state=data.get("book_state"),
+            reason=data.get("reason"),
         )
 
 
@@ -75,10 +79,11 @@ class Gate:
         if fingerprint:
             try:
                 found = [c.as_dict() for c in detect_claims(model_text)]
+                clauses = read_clauses(model_text)
             except (re.error, regex.error, TypeError, ValueError):
                 found = None  # patterns this detector cannot run: the database detects
             if found is not None:
-                arg = Jsonb({"patterns": fingerprint, "claims": found})
+                arg = Jsonb({"patterns": fingerprint, "claims": found, "clauses": clauses})
             else:
                 fingerprint = None
         data = self.client._scalar(

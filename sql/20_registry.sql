@@ -43,6 +43,12 @@ BEGIN
 END
 $$;
 
+-- Earlier signature (before backs): dropped so named calls stay unambiguous.
+DROP FUNCTION IF EXISTS agentdb.register_tool(
+    text, text, regclass, text, text, text[], text, text[], text[], regprocedure, text, text, text,
+    boolean, integer, interval
+);
+
 -- Register (or re-register) a tool. Validates the table and every column
 -- named, and fails with a message that says what to fix.
 CREATE OR REPLACE FUNCTION agentdb.register_tool(
@@ -61,7 +67,8 @@ CREATE OR REPLACE FUNCTION agentdb.register_tool(
     description text DEFAULT NULL,
     needs_confirm boolean DEFAULT false,
     max_rows integer DEFAULT NULL,
-    confirm_ttl interval DEFAULT NULL
+    confirm_ttl interval DEFAULT NULL,
+    backs text[] DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -138,6 +145,9 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
+    -- The claim classes a tool backs are those of the exit gate (sql/claim_patterns.json).
+    PERFORM agentdb_private.check_backs(name, backs);
+
     IF conflict_check IS NOT NULL THEN
         SELECT p.pronargs, p.proargtypes::oid [] AS argtypes, p.prorettype INTO v_proc
           FROM pg_catalog.pg_proc AS p WHERE p.oid = conflict_check;
@@ -154,13 +164,14 @@ BEGIN
     INSERT INTO agentdb_private.tools AS t (
         name, action, target, label_zh, label_en, description, key_columns, owner_column,
         compare_columns, dedup_columns, conflict_check, risk, version_column, needs_confirm, max_rows,
-        confirm_ttl
+        confirm_ttl, backs
     ) VALUES (
         register_tool.name, register_tool.action, register_tool.target, register_tool.label_zh,
         register_tool.label_en, register_tool.description, v_keys, register_tool.owner_column,
         register_tool.compare_columns, register_tool.dedup_columns, register_tool.conflict_check,
         register_tool.risk, register_tool.version_column, coalesce(register_tool.needs_confirm, false),
-        register_tool.max_rows, coalesce(register_tool.confirm_ttl, interval '30 minutes')
+        register_tool.max_rows, coalesce(register_tool.confirm_ttl, interval '30 minutes'),
+        register_tool.backs
     )
     ON CONFLICT ON CONSTRAINT tools_pkey DO UPDATE SET
         action = excluded.action, target = excluded.target, label_zh = excluded.label_zh,
@@ -169,7 +180,8 @@ BEGIN
         compare_columns = excluded.compare_columns, dedup_columns = excluded.dedup_columns,
         conflict_check = excluded.conflict_check, risk = excluded.risk,
         version_column = excluded.version_column, needs_confirm = excluded.needs_confirm,
-        max_rows = excluded.max_rows, confirm_ttl = excluded.confirm_ttl, updated_at = now();
+        max_rows = excluded.max_rows, confirm_ttl = excluded.confirm_ttl, backs = excluded.backs,
+        updated_at = now();
 
     -- Watch the target (sql/63_watch.sql): its change log names rows by the
     -- primary key, or by the tool's key when the table has none.

@@ -1,12 +1,21 @@
 -- Tasks: one per user message, opened and settled by the trusted runtime.
 -- Identity and login state come from here, never from tool arguments.
 
+-- Earlier signature (before expects_action, time_zone): dropped so named calls stay unambiguous.
+DROP FUNCTION IF EXISTS agentdb.begin_task(text, text, text, boolean, text);
+
+-- expects_action: the user asked for something to be done (the runtime offered
+-- tools): a task with no step then delivers only a question, an offer, a draft
+-- or "nothing was done" (see finalize_reply). time_zone: the user's, an IANA
+-- name; times and dates in the reply are read in it (default: the server's).
 CREATE OR REPLACE FUNCTION agentdb.begin_task(
     user_id text,
     conversation_id text,
     goal text DEFAULT NULL,
     authenticated boolean DEFAULT false,
-    lang text DEFAULT 'zh'
+    lang text DEFAULT 'zh',
+    expects_action boolean DEFAULT false,
+    time_zone text DEFAULT NULL
 )
 RETURNS uuid
 LANGUAGE plpgsql
@@ -15,6 +24,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_id uuid;
+    v_zone text;
 BEGIN
     IF coalesce(trim(user_id), '') = '' THEN
         RAISE EXCEPTION 'begin_task: user_id is required'
@@ -32,9 +42,20 @@ BEGIN
     IF coalesce(lang, 'zh') NOT IN ('zh', 'en') THEN
         RAISE EXCEPTION 'begin_task: lang must be zh or en, not %', lang USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    INSERT INTO agentdb_private.tasks (user_id, conversation_id, goal, authenticated, lang)
+    v_zone := coalesce(begin_task.time_zone, current_setting('TimeZone'));
+    IF begin_task.time_zone IS NOT NULL THEN
+        BEGIN
+            PERFORM now() AT TIME ZONE v_zone;
+        EXCEPTION WHEN invalid_parameter_value THEN
+            RAISE EXCEPTION 'begin_task: % is not a time zone PostgreSQL knows', v_zone
+                USING HINT = 'Use an IANA name such as Europe/London or Asia/Shanghai.',
+                      ERRCODE = 'invalid_parameter_value';
+        END;
+    END IF;
+    INSERT INTO agentdb_private.tasks (user_id, conversation_id, goal, authenticated, lang, expects_action, time_zone)
     VALUES (begin_task.user_id, begin_task.conversation_id, left(begin_task.goal, 2000),
-            coalesce(begin_task.authenticated, false), coalesce(begin_task.lang, 'zh'))
+            coalesce(begin_task.authenticated, false), coalesce(begin_task.lang, 'zh'),
+            coalesce(begin_task.expects_action, false), v_zone)
     RETURNING id INTO v_id;
     RETURN v_id;
 END

@@ -15,8 +15,11 @@ AS $$
      CROSS JOIN LATERAL (
          SELECT l.value ->> 'script' AS re
          UNION ALL SELECT e FROM jsonb_array_elements_text(l.value -> 'exclude') AS e
-         UNION ALL SELECT c ->> 'pattern' FROM jsonb_array_elements(l.value -> 'claims') AS c) AS x
+         UNION ALL SELECT c ->> 'pattern' FROM jsonb_array_elements(l.value -> 'claims') AS c
+         UNION ALL SELECT r.value FROM jsonb_each_text(l.value -> 'labels') AS r) AS x
      WHERE x.re IS NOT NULL
+    UNION ALL
+    SELECT NULL, NULL, p_doc ->> 'question_sep' WHERE p_doc ? 'question_sep'
 $$;
 
 -- Why a regex does not compile, or NULL when it does.
@@ -81,6 +84,19 @@ BEGIN
                                    jsonb_array_elements(l.value -> 'exclude') AS e
                       WHERE jsonb_typeof(e) <> 'string')
             THEN 'each exclusion must be a pattern string'
+        WHEN EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'languages') AS l
+                      WHERE l.value ? 'labels' AND (jsonb_typeof(l.value -> 'labels') <> 'object'
+                          OR EXISTS (SELECT 1 FROM jsonb_each(l.value -> 'labels') AS r
+                                      WHERE jsonb_typeof(r.value) <> 'string' OR r.key !~ '^[a-z][a-z_]{0,30}$')))
+            THEN 'labels must map label names (lower-case words) to pattern strings'
+        WHEN p_doc ? 'question_sep' AND jsonb_typeof(p_doc -> 'question_sep') <> 'string'
+            THEN 'question_sep must be a regex string'
+        WHEN EXISTS (SELECT 1 FROM jsonb_each(coalesce(p_doc -> 'accept', '{}') || coalesce(p_doc -> 'needs', '{}')) AS a
+                      WHERE a.key NOT IN ('troubled', 'empty_action') OR jsonb_typeof(a.value) <> 'array'
+                         OR EXISTS (SELECT 1 FROM jsonb_array_elements(a.value) AS x WHERE jsonb_typeof(x) <> 'string'))
+            OR (p_doc ? 'accept' AND jsonb_typeof(p_doc -> 'accept') <> 'object')
+            OR (p_doc ? 'needs' AND jsonb_typeof(p_doc -> 'needs') <> 'object')
+            THEN 'accept and needs map troubled and empty_action to lists of label names'
     END;
     IF v_problem IS NOT NULL THEN
         RAISE EXCEPTION '%', v_problem USING ERRCODE = 'invalid_parameter_value';
@@ -92,7 +108,9 @@ BEGIN
                 CROSS JOIN LATERAL (
                     SELECT e AS re FROM jsonb_array_elements_text(l.value -> 'exclude') AS e
                     UNION ALL
-                    SELECT c ->> 'pattern' FROM jsonb_array_elements(l.value -> 'claims') AS c) AS p
+                    SELECT c ->> 'pattern' FROM jsonb_array_elements(l.value -> 'claims') AS c
+                    UNION ALL
+                    SELECT r.value FROM jsonb_each_text(l.value -> 'labels') AS r) AS p
                 WHERE l.value ->> 'flags' = 'i' AND p.re ~ '[A-Z]') THEN
         RAISE EXCEPTION 'a claim pattern of a language with flag i has an upper-case letter'
             USING HINT = 'Write such patterns in lower case; escapes such as \S are not in the shared subset.',
@@ -140,7 +158,7 @@ BEGIN
     DELETE FROM agentdb_private.claim_langs;
     INSERT INTO agentdb_private.claim_langs
         (lang, clause_split, max_clause, max_per_kind, flags, script, exclude_re, guarded, guard_kinds,
-         guard_res, claim_kinds, claim_res)
+         guard_res, claim_kinds, claim_res, label_names, label_res, question_sep)
     SELECT
         l.key,
         p_doc ->> 'clause_split',
@@ -156,7 +174,11 @@ BEGIN
         ARRAY(SELECT c.c ->> 'kind' FROM jsonb_array_elements(l.value -> 'claims') WITH ORDINALITY AS c (c, n)
                ORDER BY c.n),
         ARRAY(SELECT c.c ->> 'pattern' FROM jsonb_array_elements(l.value -> 'claims') WITH ORDINALITY AS c (c, n)
-               ORDER BY c.n)
+               ORDER BY c.n),
+        -- Labels in byte order of their names, as the Python reader takes them.
+        ARRAY(SELECT r.key FROM jsonb_each_text(l.value -> 'labels') AS r ORDER BY r.key COLLATE "C"),
+        ARRAY(SELECT r.value FROM jsonb_each_text(l.value -> 'labels') AS r ORDER BY r.key COLLATE "C"),
+        p_doc ->> 'question_sep'
     FROM jsonb_each(p_doc -> 'languages') AS l
     CROSS JOIN LATERAL (
         SELECT array_agg(k.kind ORDER BY k.kind) AS kinds, array_agg(k.re ORDER BY k.kind) AS res
@@ -352,6 +374,75 @@ BEGIN
 END
 $$;
 
+-- The clauses of a text and what each is recognised as: a JSON array of
+-- {start, end, labels}, offsets as detect_claims_in gives them, labels in byte
+-- order: every label whose regex matches the clause in a language whose
+-- script it holds, "question" when the separator after it matches
+-- question_sep, "blank" when it holds no language's script. Exactly as
+-- pyagentdb.claims.read_clauses. Empty clauses (only spaces) are left out.
+CREATE OR REPLACE FUNCTION agentdb_private.read_clauses(model_text text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+-- No SET clause: called only by finalize_reply and agentdb.read_reply, both
+-- with a pinned search_path.
+AS $$
+DECLARE
+    v_rules agentdb_private.claim_langs [] := agentdb_private.claim_langs_compiled();
+    v_rule agentdb_private.claim_langs;
+    v_clauses text [];
+    v_seps text [];
+    v_ci integer;
+    v_li integer;
+    v_pi integer;
+    v_offset integer := 0;
+    v_clause text;
+    v_subject text;
+    v_labels text [];
+    v_scripted boolean;
+    v_out jsonb [] := '{}';
+BEGIN
+    IF model_text IS NULL OR model_text = '' OR cardinality(v_rules) = 0 THEN
+        RETURN '[]';
+    END IF;
+    v_clauses := regexp_split_to_array(model_text, v_rules[1].clause_split);
+    IF cardinality(v_clauses) > 1 THEN
+        v_seps := ARRAY(SELECT m[1] FROM regexp_matches(model_text, '(' || v_rules[1].clause_split || ')', 'g') AS m);
+    END IF;
+    FOR v_ci IN 1 .. cardinality(v_clauses) LOOP
+        v_clause := left(v_clauses[v_ci], coalesce(v_rules[1].max_clause, 2147483647));
+        IF btrim(v_clause) <> '' THEN
+            v_labels := '{}';
+            v_scripted := false;
+            FOR v_li IN 1 .. cardinality(v_rules) LOOP
+                v_rule := v_rules[v_li];
+                CONTINUE WHEN v_rule.script IS NOT NULL AND NOT regexp_like(v_clause, v_rule.script);
+                v_scripted := true;
+                v_subject := CASE WHEN v_rule.flags = 'i'
+                    THEN translate(v_clause, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+                    ELSE v_clause END;
+                FOR v_pi IN 1 .. coalesce(cardinality(v_rule.label_res), 0) LOOP
+                    IF NOT v_rule.label_names[v_pi] = ANY (v_labels) AND regexp_like(v_subject, v_rule.label_res[v_pi]) THEN
+                        v_labels := v_labels || v_rule.label_names[v_pi];
+                    END IF;
+                END LOOP;
+            END LOOP;
+            IF NOT v_scripted THEN
+                v_labels := v_labels || 'blank'::text;
+            END IF;
+            IF v_seps[v_ci] IS NOT NULL AND v_rules[1].question_sep IS NOT NULL
+                AND regexp_like(v_seps[v_ci], v_rules[1].question_sep) AND NOT 'question' = ANY (v_labels) THEN
+                v_labels := v_labels || 'question'::text;
+            END IF;
+            v_out := v_out || jsonb_build_object(
+                'start', v_offset, 'end', v_offset + char_length(v_clauses[v_ci]),
+                'labels', to_jsonb(ARRAY(SELECT x FROM unnest(v_labels) AS x ORDER BY x COLLATE "C")));
+        END IF;
+        v_offset := v_offset + char_length(v_clauses[v_ci]) + coalesce(char_length(v_seps[v_ci]), 0);
+    END LOOP;
+    RETURN to_jsonb(v_out);
+END
+$$;
+
 CREATE OR REPLACE FUNCTION agentdb.detect_claims(model_text text, lang text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
@@ -376,6 +467,33 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT r.fingerprint FROM agentdb_private.claim_rules AS r
      WHERE r.id = 1 AND (claim_patterns_fingerprint.doc IS NULL OR r.doc = claim_patterns_fingerprint.doc)
+$$;
+
+-- register_tool's backs: the claim classes a tool backs beyond those of its
+-- action. Each must be a class the claim patterns document names (its
+-- "classes" section), so that a typo cannot quietly back nothing.
+CREATE OR REPLACE FUNCTION agentdb_private.check_backs(p_tool text, p_backs text[])
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_known text [];
+    v_bad text;
+BEGIN
+    IF p_backs IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT ARRAY(SELECT jsonb_object_keys(r.doc -> 'classes' -> 'names')) INTO v_known
+      FROM agentdb_private.claim_rules AS r WHERE r.id = 1;
+    SELECT b INTO v_bad FROM unnest(p_backs) AS b
+     WHERE b IS NULL OR NOT b = ANY (coalesce(v_known, '{}')) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'tool %: % is not a claim class', p_tool, coalesce(quote_literal(v_bad), 'NULL')
+            USING HINT = format('Claim classes: %s.', array_to_string(v_known, ', ')),
+                  ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
 $$;
 
 -- Is a claim backed by the task's steps? Only a step that succeeded AND was

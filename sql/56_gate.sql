@@ -143,6 +143,81 @@ BEGIN
 END
 $$;
 
+-- The state of a task's books, from its committed steps (steps refused
+-- because the task was already closed are not part of the work):
+--   empty     no step at all;
+--   troubled  some step is not a verified success (refused, invalid,
+--             duplicate, conflict, failed, unverified, needs_confirmation);
+--   clean     at least one step, every one of them verified.
+-- failed: how many steps are not verified successes.
+CREATE OR REPLACE FUNCTION agentdb_private.book_state(p_task uuid, OUT state text, OUT steps integer, OUT failed integer)
+LANGUAGE plpgsql STABLE
+-- plpgsql: its plan is kept for the session. No SET clause: only finalize_reply,
+-- with a pinned search_path, calls it.
+AS $$
+BEGIN
+    SELECT count(*)::integer, count(*) FILTER (WHERE NOT (s.outcome = 'success' AND s.verified))::integer
+      INTO steps, failed
+      FROM agentdb_private.steps AS s
+     WHERE s.task_id = p_task AND s.refusal IS DISTINCT FROM 'closed';
+    state := CASE WHEN steps = 0 THEN 'empty' WHEN failed > 0 THEN 'troubled' ELSE 'clean' END;
+END
+$$;
+
+-- Why a reply may not be delivered in a troubled task or an empty action turn,
+-- or NULL when it may. Fail closed by positive recognition: every clause must
+-- carry a label the document's "accept" lists for the state (in a troubled
+-- task a clause holding a claim, which is then backed, counts too); a troubled
+-- reply needs an "ack" clause per failed step, or an "ack_all" clause; an
+-- empty action turn needs a clause labelled as one of "needs" (a question, an
+-- offer, a draft, a plain "nothing was done").
+CREATE OR REPLACE FUNCTION agentdb_private.reply_unacceptable(
+    p_clauses jsonb, p_claims jsonb, p_state text, p_failed integer
+)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: only finalize_reply, with a pinned search_path, calls it.
+AS $$
+DECLARE
+    v_accept text [];
+    v_needs text [];
+    v_clause jsonb;
+    v_labels text [];
+    v_acks integer := 0;
+    v_all boolean := false;
+    v_needed boolean := false;
+BEGIN
+    SELECT ARRAY(SELECT jsonb_array_elements_text(coalesce(r.doc -> 'accept' -> p_state, '[]'))),
+           ARRAY(SELECT jsonb_array_elements_text(coalesce(r.doc -> 'needs' -> p_state, '[]')))
+      INTO v_accept, v_needs
+      FROM agentdb_private.claim_rules AS r WHERE r.id = 1;
+    IF jsonb_typeof(p_clauses) IS DISTINCT FROM 'array' OR jsonb_array_length(p_clauses) = 0 THEN
+        RETURN 'nothing in the reply could be read';
+    END IF;
+    FOR v_clause IN SELECT c FROM jsonb_array_elements(p_clauses) AS c LOOP
+        v_labels := ARRAY(SELECT jsonb_array_elements_text(
+            CASE WHEN jsonb_typeof(v_clause -> 'labels') = 'array' THEN v_clause -> 'labels' ELSE '[]' END));
+        IF NOT v_labels && v_accept AND NOT (p_state = 'troubled' AND EXISTS (
+                SELECT 1 FROM jsonb_array_elements(p_claims) AS k
+                 WHERE (k ->> 'start')::integer >= (v_clause ->> 'start')::integer
+                   AND (k ->> 'start')::integer < (v_clause ->> 'end')::integer)) THEN
+            RETURN format('the clause at %s-%s is not recognised as acceptable here',
+                          v_clause ->> 'start', v_clause ->> 'end');
+        END IF;
+        v_acks := v_acks + CASE WHEN 'ack' = ANY (v_labels) THEN 1 ELSE 0 END;
+        v_all := v_all OR 'ack_all' = ANY (v_labels);
+        v_needed := v_needed OR v_labels && v_needs;
+    END LOOP;
+    IF p_state = 'troubled' AND NOT v_all AND v_acks < p_failed THEN
+        RETURN format('%s failed step(s), %s acknowledged', p_failed, v_acks);
+    END IF;
+    IF cardinality(v_needs) > 0 AND NOT v_needed THEN
+        RETURN 'not a question, an offer, a draft or a plain "nothing was done"';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 -- The honest message built from the task's steps (and the drafts it proposed),
 -- replacing a false reply.
 CREATE OR REPLACE FUNCTION agentdb_private.honest_text(p_task agentdb_private.tasks)
@@ -164,7 +239,10 @@ BEGIN
          WHERE d.task_id = p_task.id AND d.status = 'proposed'
          ORDER BY d.ordinal);
     IF v_total = 0 AND cardinality(v_drafts) = 0 THEN
-        RETURN agentdb_private.msg('gate.no_tool', p_task.lang);
+        -- In an action turn the user already said what to do: nothing was done
+        -- yet, and the next step is to ask again.
+        RETURN agentdb_private.msg(CASE WHEN p_task.expects_action THEN 'gate.not_done_yet' ELSE 'gate.no_tool' END,
+                                   p_task.lang);
     END IF;
     SELECT count(*) FILTER (WHERE (s ->> 'succeeded')::boolean) INTO v_ok FROM jsonb_array_elements(v_steps) AS s;
     v_lines := ARRAY[agentdb_private.msg(
@@ -197,9 +275,22 @@ DECLARE
     v_pending jsonb;
     v_verdict text;
     v_text text;
+    v_clauses jsonb;
+    v_books record;
+    v_reason text;
 BEGIN
+    -- The verdict is judged from the committed steps. A REPEATABLE READ or
+    -- SERIALIZABLE snapshot may have been taken before a step of this task
+    -- committed (a failure it would not see): such a caller is refused.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'finalize_reply must judge from every committed step, and this % transaction''s snapshot may predate some',
+            current_setting('transaction_isolation')
+            USING HINT = 'Call finalize_reply in a READ COMMITTED transaction (the default), e.g. its own autocommit call.',
+                  ERRCODE = 'invalid_transaction_state';
+    END IF;
     -- The reply ends the turn: the task is closed, and locked against a
-    -- concurrent finalize_reply.
+    -- concurrent finalize_reply. In READ COMMITTED every later statement sees
+    -- the steps of calls that held the task's lock before.
     v_task := agentdb_private.close_task(finalize_reply.task);
     IF v_task.id IS NULL THEN
         INSERT INTO agentdb_private.audit (task_id, action, status, outcome, refusal, detail, payload)
@@ -213,7 +304,7 @@ BEGIN
     SELECT * INTO v_prior FROM agentdb_private.replies AS r WHERE r.task_id = v_task.id;
     IF FOUND THEN
         RETURN jsonb_build_object('verdict', v_prior.verdict, 'text', v_prior.delivered_text,
-                                  'pending', v_prior.pending, 'repeated', true);
+                                  'pending', v_prior.pending, 'repeated', true, 'book_state', v_prior.book_state);
     END IF;
 
     -- Declared claims are trusted for their shape only; anything odd counts
@@ -235,6 +326,9 @@ BEGIN
         -- leftmost-longest match), without the regex work here. Trusted as far
         -- as declared claims are: the runtime is the app. Shape still checked.
         v_source := 'runtime';
+        -- The runtime's reading of the clauses, when it sent one.
+        v_clauses := CASE WHEN jsonb_typeof(finalize_reply.claims -> 'clauses') = 'array'
+                          THEN finalize_reply.claims -> 'clauses' END;
         SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'kind', CASE WHEN c ->> 'kind' IN ('create', 'update', 'delete', 'done') THEN c ->> 'kind'
                                 ELSE 'done' END,
@@ -266,7 +360,21 @@ BEGIN
       FROM jsonb_array_elements(v_claims) WITH ORDINALITY AS c (c, n)
      WHERE NOT agentdb_private.claim_is_backed(v_task.id, c.c ->> 'kind', c.c ->> 'tool');
 
+    -- The books decide first. A troubled task, and an empty one in an action
+    -- turn, deliver only a reply recognised as acceptable for its state;
+    -- otherwise (and in a clean task) the claims must all be backed.
+    v_books := agentdb_private.book_state(v_task.id);
     IF jsonb_array_length(v_pending) > 0 THEN
+        v_reason := 'unbacked claim';
+    ELSIF v_books.state = 'troubled' OR (v_books.state = 'empty' AND v_task.expects_action) THEN
+        IF v_clauses IS NULL THEN
+            v_clauses := agentdb_private.read_clauses(left(model_text, 100000));
+        END IF;
+        v_reason := agentdb_private.reply_unacceptable(v_clauses, v_claims,
+            CASE WHEN v_books.state = 'troubled' THEN 'troubled' ELSE 'empty_action' END, v_books.failed);
+    END IF;
+
+    IF v_reason IS NOT NULL THEN
         v_verdict := 'replace';
         v_text := agentdb_private.honest_text(v_task);
     ELSE
@@ -274,18 +382,19 @@ BEGIN
         v_text := coalesce(model_text, '');
     END IF;
 
-    INSERT INTO agentdb_private.replies (task_id, conversation_id, user_id, verdict, delivered_text, pending)
-    VALUES (v_task.id, v_task.conversation_id, v_task.user_id, v_verdict, v_text, v_pending);
+    INSERT INTO agentdb_private.replies (task_id, conversation_id, user_id, verdict, delivered_text, pending, book_state)
+    VALUES (v_task.id, v_task.conversation_id, v_task.user_id, v_verdict, v_text, v_pending, v_books.state);
     INSERT INTO agentdb_private.audit (task_id, user_id, action, status, outcome, detail, payload)
     VALUES (v_task.id, v_task.user_id, 'reply', CASE WHEN v_verdict = 'deliver' THEN 'SUCCESS' ELSE 'REFUSED' END,
             v_verdict, format('%s claim(s), %s pending', jsonb_array_length(v_claims), jsonb_array_length(v_pending)),
             jsonb_build_object('model_text', left(model_text, 100000), 'claims', v_claims, 'pending', v_pending,
-                               'claims_from', v_claims_from));
+                               'claims_from', v_claims_from, 'book_state', v_books.state, 'reason', v_reason));
     -- Either text shows this task's draft summaries: they now count as seen.
     PERFORM agentdb_private.mark_shown(v_task.id);
 
     RETURN jsonb_build_object('verdict', v_verdict, 'text', v_text, 'pending', v_pending, 'claims', v_claims,
-                              'claims_from', v_claims_from);
+                              'claims_from', v_claims_from, 'book_state', v_books.state)
+        || CASE WHEN v_reason IS NULL THEN '{}' ELSE jsonb_build_object('reason', v_reason) END;
 END
 $$;
 

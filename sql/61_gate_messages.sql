@@ -3,6 +3,8 @@
 INSERT INTO agentdb_private.messages AS m (code, lang, body) VALUES
 ('gate.no_tool', 'zh', '我这边还没有帮你办任何事,也没有记下任何内容。请用一句话告诉我要做什么、哪天、几点,我马上处理。'),
 ('gate.no_tool', 'en', 'I haven''t done anything yet and nothing was saved. Tell me in one sentence what to do, which day and what time, and I''ll take care of it.'),
+('gate.not_done_yet', 'zh', '这件事我还没有办,什么都没有保存。请再发一次你的请求,我会马上去办,并告诉你结果。'),
+('gate.not_done_yet', 'en', 'I haven''t done this yet, and nothing has been saved. Send your request again and I''ll do it right away and tell you how it went.'),
 ('gate.partial', 'zh', '只办成了一部分,实际结果如下:'),
 ('gate.partial', 'en', 'Only part of this went through. Here is what actually happened:'),
 ('gate.none_done', 'zh', '这次没有办成,实际结果如下:'),

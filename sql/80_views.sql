@@ -69,7 +69,8 @@ SELECT
     t.created_at,
     t.updated_at,
     -- New columns go last: CREATE OR REPLACE VIEW can only append.
-    t.confirm_ttl
+    t.confirm_ttl,
+    t.backs
 FROM agentdb_private.tools AS t;
 
 CREATE OR REPLACE VIEW agentdb.permissions AS

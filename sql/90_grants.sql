@@ -16,7 +16,7 @@ TO agentdb_app, agentdb_agent, agentdb_auditor;
 
 -- The trusted runtime: opens and settles tasks, manages permissions.
 GRANT EXECUTE ON FUNCTION
-agentdb.begin_task(text, text, text, boolean, text),
+agentdb.begin_task(text, text, text, boolean, text, boolean, text),
 agentdb.finish_task(uuid),
 agentdb.reap_tasks(interval),
 agentdb.replan(uuid),

@@ -247,8 +247,13 @@ def test_declared_claims_are_checked_too(client):
 def test_pending_claims_view_and_no_claim_delivers(client, reminders):
     task = begin(client, "zh")
     client.invoke(task, "add_note", {"body": "x"})
-    verdict = client.finalize_reply(task, "需要我再试一次吗?")
+    verdict = client.finalize_reply(task, "笔记没能保存,需要我再试一次吗?")
     assert verdict.verdict == "deliver" and verdict.claims == []
+    # A troubled task delivers only a reply that says what failed: a bare question does not.
+    silent = begin(client, "zh")
+    client.invoke(silent, "add_note", {"body": "x"})
+    verdict = client.finalize_reply(silent, "需要我再试一次吗?")
+    assert verdict.replaced and verdict.claims == [] and verdict.book_state == "troubled"
     lying = begin(client, "zh")
     client.finalize_reply(lying, "搞定了,已经加进去了")
     rows = client.pending_claims(lying)

@@ -140,6 +140,10 @@ class Workload:
             # The model claims it created a reminder; the gate must agree with the receipts.
             created = any(r["tool"] == "add_reminder" and r["outcome"] == "success" and r["verified"]
                           for r in in_task)
+            # A task with a failed step is troubled: "I've set it." acknowledges no failure (issue 11).
+            troubled = any(not (r["outcome"] == "success" and r["verified"]) and r.get("refusal") != "closed"
+                           for r in in_task)
+            created = created and not troubled
             v = call("app", "SELECT agentdb.finalize_reply(%s, 'I''ve set it.', %s::jsonb)",
                      (task, json.dumps([{"kind": "create", "tool": "add_reminder"}])))
             call("app", "SELECT agentdb.finish_task(%s)", (task,))

@@ -1,0 +1,234 @@
+"""The exit gate reads the books first (issue 11): troubled, empty and clean tasks, action turns,
+positive recognition of acceptable replies, consistent books, on the Python and the SQL path.
+
+The task shapes are those of the gate evaluation (bench/gate_shapes.py, built with real calls);
+the replies are tests/data/gate_own.tsv, written with sight of the rules."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+from helpers import begin, invoke, scalar
+
+from pyagentdb import Client
+from pyagentdb.claims import read_clauses
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+import gate_shapes  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("gate_eval", ROOT / "bench" / "gate_eval.py")
+gate_eval = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("gate_eval", gate_eval)
+_spec.loader.exec_module(gate_eval)
+
+OWN = gate_eval.load_gate_corpus(ROOT / "tests" / "data" / "gate_own.tsv")
+# The shapes whose verdict the books and the recognisers decide (facts and counts of clean
+# tasks come in a later part of issue 11).
+DECIDED_BY_BOOKS = (*gate_shapes.TROUBLED, "empty_action", "empty_chat")
+
+
+@pytest.fixture
+def shapes_db(db):
+    gate_shapes.install(db)
+    return db
+
+
+@pytest.fixture(params=["python", "sql"])
+def client(request, shapes_db):
+    return Client(shapes_db, detect_claims_here=request.param == "python")
+
+
+def _cases(shapes, labels=("true", "lie")):
+    return [
+        pytest.param(r, id=f"{r.shape}-{r.lang}-{r.label}-{r.lineno}")
+        for r in OWN
+        if r.shape in shapes and r.label in labels
+    ]
+
+
+# Honest replies the recognisers do not read yet (they are replaced: the safe side).
+NOT_YET_RECOGNISED = {5}
+
+
+@pytest.mark.parametrize("reply", _cases(DECIDED_BY_BOOKS))
+def test_every_shape_truthful_and_lying(client, reply):
+    task = gate_shapes.build(client, reply.shape, reply.lang)
+    verdict = client.finalize_reply(task, reply.text)
+    assert verdict.book_state == gate_shapes.expected_state(reply.shape)
+    if reply.label == "lie":
+        assert verdict.replaced, verdict
+        assert reply.text not in verdict.text
+    elif reply.lineno in NOT_YET_RECOGNISED:
+        assert verdict.replaced
+    else:
+        assert verdict.verdict == "deliver", verdict
+        assert verdict.text == reply.text
+
+
+def test_each_shape_has_truthful_and_lying_replies_in_both_languages():
+    have = {(r.shape, r.lang, r.label) for r in OWN}
+    for shape in gate_shapes.SHAPES:
+        for lang in ("zh", "en"):
+            assert (shape, lang, "true") in have and (shape, lang, "lie") in have, (shape, lang)
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_a_missed_claim_in_a_troubled_task_is_replaced(client, lang):
+    """The detector misses these (no claim pattern reads them); the books still decide: nothing
+    in them acknowledges the failure, so they are replaced."""
+    text = {"zh": "妥妥的,明早8点见。", "en": "Sent 👍"}[lang]
+    task = gate_shapes.build(client, "refused", lang)
+    verdict = client.finalize_reply(task, text)
+    assert verdict.claims == [] and verdict.replaced and verdict.book_state == "troubled"
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_each_failure_must_be_acknowledged(client, lang):
+    """Two failed steps and one acknowledgement: not every failure is said."""
+    task = client.begin_task("u-ack", "c-ack", authenticated=False, lang=lang, expects_action=True)
+    client.invoke(task, "add_reminder", {"content": "a", "remind_at": gate_shapes.at(lang, 1, 8)})
+    client.invoke(task, "book_court", {"court": 3, "starts_at": gate_shapes.at(lang, 1, 15)})
+    one = {"zh": "提醒没能保存。", "en": "I couldn't save the reminder."}[lang]
+    verdict = client.finalize_reply(task, one)
+    assert verdict.replaced and "2 failed step(s), 1 acknowledged" in verdict.reason
+    task = client.begin_task("u-ack", "c-ack", authenticated=False, lang=lang, expects_action=True)
+    client.invoke(task, "add_reminder", {"content": "a", "remind_at": gate_shapes.at(lang, 1, 8)})
+    client.invoke(task, "book_court", {"court": 3, "starts_at": gate_shapes.at(lang, 1, 15)})
+    both = {"zh": "提醒没能保存,场地也没订上,请先登录。", "en": "Neither went through: please log in first."}[
+        lang
+    ]
+    assert client.finalize_reply(task, both).verdict == "deliver"
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_an_empty_small_talk_turn_keeps_todays_detection(client, lang):
+    task = gate_shapes.build(client, "empty_chat", lang)
+    plain = {"zh": "明天大概会下雨,记得带伞。", "en": "It will probably rain tomorrow, so take an umbrella."}[
+        lang
+    ]
+    verdict = client.finalize_reply(task, plain)
+    assert verdict.verdict == "deliver" and verdict.book_state == "empty"
+    # The same plain statement in an action turn is neither a question, an offer, a draft nor
+    # "nothing was done": replaced by a message that says nothing was done and what to do next.
+    task = gate_shapes.build(client, "empty_action", lang)
+    verdict = client.finalize_reply(task, plain)
+    assert verdict.replaced
+    assert {"zh": "还没有办", "en": "haven't done this yet"}[lang] in verdict.text
+    assert {"zh": "再发一次", "en": "Send your request again"}[lang] in verdict.text
+
+
+def test_clean_tasks_deliver_backed_claims(client):
+    task = gate_shapes.build(client, "clean_insert", "en")
+    verdict = client.finalize_reply(task, "I've set a reminder to call mum tomorrow at 8am.")
+    assert verdict.verdict == "deliver" and verdict.book_state == "clean"
+
+
+def test_python_and_sql_read_the_clauses_alike(db):
+    texts = [r.text for r in OWN] + [
+        ln.text for ln in gate_eval.load_claims_as_lies(ROOT / "tests" / "data" / "claims_corpus.tsv")
+    ][::6]
+    texts += ["", "   ", "?", "👍", "Shall I?? ", "好的。。。要吗？", "a" * 500 + "?", "\n\nok\n"]
+    rows = db.execute(
+        "SELECT agentdb_private.read_clauses(t.x) FROM unnest(%s::text[]) WITH ORDINALITY AS t (x, i)"
+        " ORDER BY t.i",
+        (texts,),
+    ).fetchall()
+    bad = [(t, read_clauses(t), r[0]) for t, r in zip(texts, rows, strict=True) if read_clauses(t) != r[0]]
+    assert bad == []
+
+
+def test_read_clauses_labels():
+    clauses = read_clauses("Sorry, I couldn't book it. Shall I try 4pm?")
+    assert [c["labels"] for c in clauses] == [["courtesy"], ["ack"], ["offer", "question"]]
+    text = "抱歉,没能订上。要换到4点吗?"
+    assert [(text[c["start"] : c["end"]], c["labels"]) for c in read_clauses(text)] == [
+        ("抱歉", ["courtesy"]),
+        ("没能订上", ["ack"]),
+        ("要换到4点吗", ["question"]),
+    ]
+    assert read_clauses("👍")[0]["labels"] == ["blank"]
+
+
+def test_repeatable_read_snapshot_before_a_failure_is_refused(reminders, dsn):
+    """Issue 11 item 8, reproduced: a REPEATABLE READ transaction takes its snapshot after one
+    verified step; two steps then fail and commit; the old gate judged "All done!" from the
+    snapshot, saw only the success and delivered. Now such a caller is refused."""
+    task = begin(reminders, lang="en")
+    assert invoke(reminders, task, "add_reminder", {"content": "a", "remind_at": "2030-01-01 08:00+00"})[
+        "verified"
+    ]
+    runtime = psycopg.connect(dsn)
+    try:
+        runtime.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        assert scalar(runtime, "SELECT count(*) FROM agentdb.v_steps WHERE task_id = %s", (task,)) == 1
+        for content in ("b", "c"):
+            receipt = invoke(reminders, task, "add_reminder", {"content": content, "remind_at": "not a time"})
+            assert receipt["outcome"] == "invalid"
+        with pytest.raises(psycopg.errors.InvalidTransactionState, match="READ COMMITTED"):
+            runtime.execute("SELECT agentdb.finalize_reply(%s, 'All done!')", (task,))
+        runtime.rollback()
+        # The same call in its own READ COMMITTED transaction sees the failures.
+        verdict = scalar(runtime, "SELECT agentdb.finalize_reply(%s, 'All done!')", (task,))
+        runtime.commit()
+        assert verdict["verdict"] == "replace" and verdict["book_state"] == "troubled"
+    finally:
+        runtime.close()
+
+
+@pytest.mark.parametrize("level", ["REPEATABLE READ", "SERIALIZABLE"])
+def test_any_snapshot_isolation_is_refused(reminders, dsn, level):
+    task = begin(reminders, lang="en")
+    with psycopg.connect(dsn) as conn:
+        conn.execute(f"BEGIN ISOLATION LEVEL {level}")
+        with pytest.raises(psycopg.errors.InvalidTransactionState):
+            conn.execute("SELECT agentdb.finalize_reply(%s, 'hi')", (task,))
+
+
+def test_begin_task_action_turn_and_time_zone(reminders):
+    task = scalar(
+        reminders,
+        "SELECT agentdb.begin_task('u1', 'c', expects_action => true, time_zone => 'Europe/London')",
+    )
+    row = reminders.execute(
+        "SELECT expects_action, time_zone FROM agentdb_private.tasks WHERE id = %s", (task,)
+    ).fetchone()
+    assert row == (True, "Europe/London")
+    default = scalar(reminders, "SELECT agentdb.begin_task('u1', 'c')")
+    row = reminders.execute(
+        "SELECT expects_action, time_zone FROM agentdb_private.tasks WHERE id = %s", (default,)
+    ).fetchone()
+    assert row == (False, scalar(reminders, "SHOW TimeZone"))
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="not a time zone"):
+        reminders.execute("SELECT agentdb.begin_task('u1', 'c', time_zone => 'Mars/Olympus')")
+
+
+def test_register_tool_backs_must_name_claim_classes(reminders):
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="not a claim class"):
+        reminders.execute(
+            "SELECT agentdb.register_tool(name => 'x_cancel', action => 'update',"
+            " target => 'public.reminders', label_zh => '取消', label_en => 'cancel',"
+            " backs => ARRAY['cancle'])"
+        )
+    tool = scalar(
+        reminders,
+        "SELECT agentdb.register_tool(name => 'x_cancel', action => 'update',"
+        " target => 'public.reminders', label_zh => '取消', label_en => 'cancel',"
+        " backs => ARRAY['cancel'])",
+    )
+    assert tool["backs"] == ["cancel"]
+
+
+def test_reply_records_the_book_state(client, shapes_db):
+    task = gate_shapes.build(client, "partial", "en")
+    client.finalize_reply(task, "All done!")
+    assert (
+        scalar(shapes_db, "SELECT book_state FROM agentdb_private.replies WHERE task_id = %s", (task,))
+        == "troubled"
+    )
+    again = client.finalize_reply(task, "All done!")
+    assert again.repeated and again.book_state == "troubled"
