@@ -132,10 +132,12 @@ def cmd_doctor(args) -> int:
         print(json.dumps(report, default=str))
     else:
         for key, value in report.items():
-            if key not in ("problems", "ok"):
+            if key not in ("problems", "warnings", "ok"):
                 print(f"{key:26} {value}")
         for problem in report["problems"]:
             print(f"problem: {problem}", file=sys.stderr)
+        for warning in report.get("warnings", []):
+            print(f"warning: {warning}", file=sys.stderr)
         print("ok" if report["ok"] else f"{len(report['problems'])} problem(s)")
     return 0 if report["ok"] else 1
 

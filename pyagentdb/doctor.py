@@ -37,7 +37,7 @@ def check(conn: psycopg.Connection, fix: str = "pyagentdb install") -> dict:
             for role in ROLES
         },
     }
-    problems = []
+    problems: list[str] = []
     if revision is None:
         problems.append(f"schema not installed: run `{fix}`")
     elif revision != head:
@@ -62,6 +62,7 @@ def check(conn: psycopg.Connection, fix: str = "pyagentdb install") -> dict:
             ]
         problems += _claim_pattern_problems(conn, report)
         _temp_privilege_warning(conn, report)
+        _client_check_warning(conn, report)
         if report.get("stale_running_tasks"):
             problems.append(
                 f"{report['stale_running_tasks']} task(s) running for over an hour: "
@@ -70,6 +71,8 @@ def check(conn: psycopg.Connection, fix: str = "pyagentdb install") -> dict:
         if report.get("approved_actions_waiting"):
             problems.append("approved actions are waiting: is `pyagentdb worker` running?")
     report["problems"] = problems
+    # Worth fixing, but nothing is wrong with the books: reported, exit code 0.
+    report.setdefault("warnings", [])
     report["ok"] = not problems
     return report
 
@@ -90,6 +93,45 @@ def _claim_pattern_problems(conn: psycopg.Connection, report: dict) -> list[str]
             "pyagentdb.detect_claims may disagree: run `pyagentdb install --force`"
         ]
     return []
+
+
+# Where a value in pg_settings comes from the server (not from this session's role or database).
+_SERVER_SOURCES = ("default", "configuration file", "command line", "environment variable", "override")
+
+
+def _client_check_warning(conn: psycopg.Connection, report: dict) -> None:
+    """A call whose client was killed runs to its end and commits, unless the server checks the
+    client's socket while a statement runs: client_connection_check_interval (PostgreSQL 14+),
+    set for the server, or for the database or the login roles of agentdb_app/agentdb_agent.
+    A warning, not a problem: either way the call is all or nothing, and a retry with its
+    call_id returns the stored receipt."""
+    row = conn.execute("SELECT setting, source FROM pg_settings "
+                       "WHERE name = 'client_connection_check_interval'").fetchone()
+    if row is None:
+        return
+    setting, source = int(row[0]), row[1]
+    overrides = [r[0] for r in conn.execute("""
+        SELECT format('%s on %s: %s', coalesce(r.rolname, 'every role'),
+                      coalesce(d.datname, 'every database'), split_part(c.cfg, '=', 2))
+          FROM pg_db_role_setting AS s
+          LEFT JOIN pg_roles AS r ON r.oid = s.setrole
+          LEFT JOIN pg_database AS d ON d.oid = s.setdatabase,
+               unnest(s.setconfig) AS c (cfg)
+         WHERE c.cfg LIKE 'client_connection_check_interval=%'
+           AND split_part(c.cfg, '=', 2) !~ '^0+(ms|s|min|h|d)?$'
+           AND (d.datname IS NULL OR d.datname = current_database())
+           AND (r.oid IS NULL OR pg_has_role(r.oid, 'agentdb_app', 'MEMBER')
+                OR pg_has_role(r.oid, 'agentdb_agent', 'MEMBER'))
+         ORDER BY 1""").fetchall()]
+    server = setting if source in _SERVER_SOURCES else None
+    report["client_connection_check_interval"] = {"ms": setting, "source": source, "set_for": overrides}
+    if (server or 0) > 0 or overrides or source in ("database", "database user") and setting > 0:
+        return
+    report.setdefault("warnings", []).append(
+        "client_connection_check_interval is 0: when an agent's client is killed during a call, the "
+        "server still finishes the call and commits it. Set it (docs/dba-guide.md): "
+        "ALTER SYSTEM SET client_connection_check_interval = '1s'; SELECT pg_reload_conf();"
+    )
 
 
 # -- the shape of tables and views against the head -----------------------------------

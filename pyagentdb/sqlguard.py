@@ -32,16 +32,33 @@ MAX_NODES = 20_000
 
 # Functions a statement may call: deterministic or time functions with no side effects and no
 # access to other data. Unqualified or pg_catalog-qualified only. coalesce, nullif, greatest,
-# least, CASE and casts are not functions in the parse tree and are always allowed.
+# least, CASE and casts are not functions in the parse tree and are always allowed. SQL forms
+# call some of these: EXTRACT(... FROM ...) is extract, POSITION(... IN ...) position, TRIM(...)
+# btrim/ltrim/rtrim, OVERLAY(...) overlay, SUBSTRING(... FROM ...) substring, AT TIME ZONE
+# timezone, SIMILAR TO similar_to_escape, OVERLAPS overlaps. The database enforces the same
+# list (agentdb_private.sql_allowed_functions(), compared by tests/test_sqlguard.py).
 ALLOWED_FUNCTIONS = frozenset({
     "now", "clock_timestamp", "statement_timestamp", "transaction_timestamp",
-    "date_trunc", "date_part", "make_date", "make_time", "make_timestamp", "make_timestamptz",
-    "make_interval", "to_timestamp", "to_date", "to_char", "to_number",
-    "lower", "upper", "initcap", "trim", "btrim", "ltrim", "rtrim", "length", "char_length",
+    "date_trunc", "date_part", "extract", "make_date", "make_time", "make_timestamp",
+    "make_timestamptz", "make_interval", "to_timestamp", "to_date", "to_char", "to_number",
+    "timezone", "overlaps", "age", "justify_days", "justify_hours", "justify_interval", "isfinite",
+    "lower", "upper", "initcap", "btrim", "ltrim", "rtrim", "length", "char_length",
     "substr", "substring", "left", "right", "replace", "concat", "concat_ws", "lpad", "rpad",
+    "position", "strpos", "overlay", "similar_to_escape", "split_part", "translate", "reverse",
+    "starts_with", "regexp_replace", "md5",
     "abs", "round", "trunc", "floor", "ceil", "ceiling", "mod", "sign",
     "gen_random_uuid",
 })
+# How the model wrote a function that PostgreSQL's grammar spells as SQL (funcformat
+# COERCE_SQL_SYNTAX), for refusals: "COLLATION FOR (...) is not allowed", not pg_collation_for.
+SQL_SYNTAX_NAMES = {
+    "extract": "EXTRACT(... FROM ...)", "position": "POSITION(... IN ...)",
+    "overlay": "OVERLAY(... PLACING ...)", "substring": "SUBSTRING(... FROM ...)",
+    "btrim": "TRIM(...)", "ltrim": "TRIM(LEADING ...)", "rtrim": "TRIM(TRAILING ...)",
+    "timezone": "AT TIME ZONE", "similar_to_escape": "SIMILAR TO", "overlaps": "OVERLAPS",
+    "system_user": "SYSTEM_USER", "pg_collation_for": "COLLATION FOR (...)",
+    "is_normalized": "IS NORMALIZED", "normalize": "NORMALIZE(...)", "xmlexists": "XMLEXISTS(...)",
+}
 # Schema-qualified functions that are allowed as well: the task's own user id, for
 # owner-scoped tables (`INSERT ... VALUES (agentdb.sql_user(), ...)`).
 ALLOWED_QUALIFIED = frozenset({("agentdb", "sql_user")})
@@ -58,9 +75,19 @@ ALLOWED_NODES = frozenset({
     "A_Const", "A_Expr", "A_ArrayExpr", "A_Indirection", "A_Indices", "A_Star", "BitString",
     "BoolExpr", "Boolean", "BooleanTest", "CaseExpr", "CaseWhen", "CoalesceExpr",
     "CollateClause", "ColumnRef", "Float", "IndexElem", "Integer", "List", "MinMaxExpr",
-    "MultiAssignRef", "NullTest", "ResTarget", "RowExpr", "SetToDefault", "String",
-    "TypeCast", "TypeName",
+    "MultiAssignRef", "NamedArgExpr", "NullTest", "ResTarget", "RowExpr", "SetToDefault",
+    "String", "TypeCast", "TypeName",
 })
+# Parse nodes the guard refuses, by what the model wrote.
+_NODE_TEXT = {
+    "XmlExpr": "an XML function", "XmlSerialize": "XMLSERIALIZE(...)", "JsonIsPredicate": "IS JSON",
+    "JsonObjectConstructor": "JSON_OBJECT(...)", "JsonArrayConstructor": "JSON_ARRAY(...)",
+    "JsonArrayQueryConstructor": "JSON_ARRAY(SELECT ...)", "JsonObjectAgg": "JSON_OBJECTAGG(...)",
+    "JsonArrayAgg": "JSON_ARRAYAGG(...)", "JsonFuncExpr": "JSON_VALUE/JSON_QUERY/JSON_EXISTS(...)",
+    "JsonParseExpr": "JSON(...)", "JsonScalarExpr": "JSON_SCALAR(...)",
+    "JsonSerializeExpr": "JSON_SERIALIZE(...)", "MergeSupportFunc": "MERGE_ACTION()",
+    "GroupingFunc": "GROUPING(...)", "CurrentOfExpr": "WHERE CURRENT OF",
+}
 
 _STATEMENT_KINDS = {
     "InsertStmt": "insert", "UpdateStmt": "update", "DeleteStmt": "delete",
@@ -209,9 +236,29 @@ def _check_where(where: Any) -> None:
                                         "rows")
 
 
-def _check_function(body: dict) -> str:
+def _written(sql: str, body: dict, name: str) -> str:
+    """How the model wrote the call in `body`: "COLLATION FOR (...)" for SQL syntax, else name()."""
+    if body.get("funcformat") == "COERCE_SQL_SYNTAX" or (
+        name == "pg_catalog.similar_to_escape" and not _source_at(sql, body).lower().startswith(
+            ("similar_to_escape", "pg_catalog", '"'))
+    ):
+        return SQL_SYNTAX_NAMES.get(name.rsplit(".", 1)[-1]) or _source_at(sql, body) or name
+    return f"function {name}()"
+
+
+def _source_at(sql: str, body: dict) -> str:
+    """The first words of the source text at a node's location (a byte offset)."""
+    loc = body.get("location")
+    if not isinstance(loc, int) or loc < 0:
+        return ""
+    text = sql.encode()[loc:loc + 60].decode(errors="ignore")
+    return re.match(r"[^\n(]*\(?", text).group(0).strip()
+
+
+def _check_function(sql: str, body: dict) -> str:
     parts = _strings(body.get("funcname"))
     name = ".".join(parts)
+    written = _written(sql, body, name)
     if body.get("over") or body.get("agg_star") or body.get("agg_distinct") or body.get("agg_filter") \
             or body.get("agg_order") or body.get("agg_within_group"):
         raise _Refused("function_call", f"aggregate or window function {name}() is not allowed")
@@ -223,9 +270,8 @@ def _check_function(body: dict) -> str:
         return name
     if len(parts) == 2 and (parts[0], parts[1]) in ALLOWED_QUALIFIED:
         return name
-    raise _Refused("function_call", f"function {name}() is not allowed here; only simple value functions "
-                                    "such as now(), lower(), upper(), trim(), round() or coalesce() may be "
-                                    "used")
+    raise _Refused("function_call", f"{written} is not allowed here; only simple value functions such as "
+                                    "now(), lower(), upper(), trim(), round() or coalesce() may be used")
 
 
 def _check_target(relation: dict) -> tuple[str | None, str, str]:
@@ -288,7 +334,7 @@ def _check_statement(kind: str, stmt: dict) -> None:
     _check_returning(stmt)
 
 
-def _check_expressions(stmt: dict) -> tuple[str, ...]:
+def _check_expressions(sql: str, stmt: dict) -> tuple[str, ...]:
     functions: list[str] = []
     count = 0
     for name, body in _walk({k: v for k, v in stmt.items() if k != "relation"}):
@@ -303,7 +349,7 @@ def _check_expressions(stmt: dict) -> tuple[str, ...]:
         if name in ("RangeVar", "JoinExpr", "RangeSubselect"):
             raise _Refused("other_table", "only the target table may appear in the statement")
         if name == "FuncCall":
-            functions.append(_check_function(body))
+            functions.append(_check_function(sql, body))
         elif name == "SQLValueFunction":
             if body.get("op") not in ALLOWED_SQL_VALUE_FUNCTIONS:
                 what = body.get("op", "?").removeprefix("SVFOP_")
@@ -319,7 +365,8 @@ def _check_expressions(stmt: dict) -> tuple[str, ...]:
         elif name == "SelectStmt":
             continue
         elif name not in ALLOWED_NODES:
-            raise _Refused("unsupported", f"{name} is not supported in an agent's statement")
+            what = _NODE_TEXT.get(name) or _source_at(sql, body) or name
+            raise _Refused("unsupported", f"{what} is not supported in an agent's statement")
     return tuple(dict.fromkeys(functions))
 
 
@@ -364,7 +411,7 @@ def check(sql: Any) -> GuardResult:
         relation = stmt.get("relation") or {}
         schema, relname, table = _check_target(relation)
         _check_statement(kind, stmt)
-        functions = _check_expressions(stmt)
+        functions = _check_expressions(sql, stmt)
     except _Refused as refused:
         return GuardResult(False, refused.reason, refused.code, kind)
     return GuardResult(True, f"one {kind.upper()} of {table}", None, kind, table, schema, relname, functions)

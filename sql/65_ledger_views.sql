@@ -88,6 +88,77 @@ WHERE
     OR (k.outcome = 'success' AND k.changed_rows <> k.affected_rows)
     OR (k.changed_rows > 0 AND k.ops <> ARRAY[upper(k.action)]);
 
+-- Steps that changed a watched table other than their own target: a trigger
+-- or a function on the tool's table that wrote elsewhere, under the step. The
+-- step's receipt speaks of its target only, so these changes are nowhere in
+-- it. One row per step and other table. target: the tool's table, or for a
+-- run_sql step the table its statement wrote; NULL when it is not known.
+CREATE OR REPLACE VIEW agentdb.v_step_side_changes AS
+WITH logged AS (
+    SELECT
+        c.task_id,
+        c.seq,
+        c.table_oid,
+        min(c.table_name) AS changed_table,
+        count(*) AS changed_rows,
+        array_agg(DISTINCT c.op ORDER BY c.op) AS ops,
+        min(c.at) AS first_change_at
+    FROM agentdb_private.change_log AS c
+    WHERE c.task_id IS NOT NULL
+    GROUP BY c.task_id, c.seq, c.table_oid
+),
+
+stepped AS (
+    SELECT
+        s.id AS step_id,
+        s.task_id,
+        s.seq,
+        s.tool,
+        s.action,
+        s.outcome,
+        s.verified,
+        s.started_at,
+        l.table_oid,
+        l.changed_table,
+        l.changed_rows,
+        l.ops,
+        l.first_change_at,
+        coalesce(
+            t.target::oid,
+            (
+                SELECT to_regclass(a.target)::oid FROM agentdb_private.audit AS a
+                WHERE a.step_id = s.id AND s.tool = 'run_sql'
+                ORDER BY a.id
+                LIMIT 1
+            )
+        ) AS target_oid
+    FROM logged AS l
+    INNER JOIN agentdb_private.steps AS s ON l.task_id = s.task_id AND l.seq = s.seq
+    LEFT JOIN agentdb_private.tools AS t ON s.tool = t.name
+)
+
+SELECT
+    k.step_id,
+    k.task_id,
+    k.seq,
+    k.tool,
+    k.action,
+    (
+        SELECT format('%I.%I', n.nspname, r.relname)
+        FROM pg_catalog.pg_class AS r
+        INNER JOIN pg_catalog.pg_namespace AS n ON r.relnamespace = n.oid
+        WHERE r.oid = k.target_oid
+    ) AS target,
+    k.changed_table,
+    k.ops,
+    k.changed_rows,
+    k.outcome,
+    k.verified,
+    k.started_at,
+    k.first_change_at
+FROM stepped AS k
+WHERE k.target_oid IS DISTINCT FROM k.table_oid;
+
 -- Claims ("I've booked it") of tasks with no logged change behind any of
 -- their steps (behind that tool's steps when the claim names a tool).
 CREATE OR REPLACE VIEW agentdb.v_claims_without_change AS
@@ -116,5 +187,6 @@ WHERE NOT EXISTS (
         AND (c.tool IS NULL OR s.tool = c.tool)
 );
 
-GRANT SELECT ON agentdb.v_unlogged_changes, agentdb.v_step_mismatches, agentdb.v_claims_without_change
+GRANT SELECT ON agentdb.v_unlogged_changes, agentdb.v_step_mismatches, agentdb.v_step_side_changes,
+agentdb.v_claims_without_change
 TO agentdb_auditor;

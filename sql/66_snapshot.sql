@@ -83,6 +83,65 @@ AS $$
                 ELSE pg_catalog.pg_visible_in_snapshot(p_txid, p_snap) END
 $$;
 
+-- Would row-level security keep some rows of p_table from p_role? Decided as
+-- PostgreSQL does (check_enable_rls, check_role_for_policy): not when the
+-- table has none, nor for a superuser or BYPASSRLS role, nor for a role with
+-- the owner's privileges unless the table FORCEs it. Otherwise it would,
+-- unless a permissive policy for reading that applies to the role is plainly
+-- USING (true) (as the one allow_sql adds for everyone but its writer) and no
+-- restrictive policy that applies to it says anything else.
+CREATE OR REPLACE FUNCTION agentdb_private.rls_hides_rows(p_role name, p_table regclass)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH applies AS (
+        SELECT p.polpermissive, coalesce(pg_get_expr(p.polqual, p.polrelid), 'false') = 'true' AS all_rows
+          FROM pg_catalog.pg_policy AS p, pg_catalog.pg_roles AS r
+         WHERE p.polrelid = p_table AND r.rolname = p_role AND p.polcmd IN ('r', '*')
+           AND (p.polroles = '{0}' OR EXISTS (SELECT 1 FROM unnest(p.polroles) AS pr (oid)
+                                               WHERE pg_has_role(r.oid, pr.oid, 'USAGE')))
+    )
+    SELECT coalesce((
+        SELECT c.relrowsecurity
+               AND NOT r.rolsuper AND NOT r.rolbypassrls
+               AND (c.relforcerowsecurity OR NOT pg_has_role(r.oid, c.relowner, 'USAGE'))
+               AND NOT (EXISTS (SELECT 1 FROM applies AS a WHERE a.polpermissive AND a.all_rows)
+                        AND NOT EXISTS (SELECT 1 FROM applies AS a WHERE NOT a.polpermissive AND NOT a.all_rows))
+          FROM pg_catalog.pg_class AS c, pg_catalog.pg_roles AS r
+         WHERE c.oid = p_table AND r.rolname = p_role), true)
+$$;
+
+-- Refuse (p_verb: snapshot or diff) unless the caller may read p_table, every
+-- row of it: a snapshot holds every row, and a diff shows them, so a role
+-- that row-level security confines to some rows is refused, with the reason.
+-- agentdb's functions read as their owner, so it must see every row as well.
+CREATE OR REPLACE FUNCTION agentdb_private.check_reads_every_row(p_table regclass, p_verb text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT has_table_privilege(session_user, p_table, 'SELECT') THEN
+        RAISE EXCEPTION 'cannot % %: % may not read it', p_verb, p_table, session_user
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF agentdb_private.rls_hides_rows(session_user, p_table) THEN
+        RAISE EXCEPTION 'cannot % %: row-level security hides some of its rows from %', p_verb, p_table, session_user
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'A snapshot holds every row of a table and a diff shows them. Take snapshots and diffs '
+                         'of this table as its owner or as a role with BYPASSRLS.';
+    END IF;
+    IF agentdb_private.rls_hides_rows(current_user, p_table) THEN
+        RAISE EXCEPTION 'cannot % %: row-level security hides some of its rows from agentdb''s owner %',
+            p_verb, p_table, current_user
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'agentdb reads the table as the role that installed it; that role needs BYPASSRLS or '
+                         'to own the table (without FORCE ROW LEVEL SECURITY).';
+    END IF;
+END
+$$;
+
 -- Take a snapshot of the tables: its id.
 CREATE OR REPLACE FUNCTION agentdb.snapshot(tables regclass[])
 RETURNS bigint
@@ -104,6 +163,7 @@ DECLARE
     v_snap pg_snapshot;
     v_count bigint;
     v_sum numeric;
+    v_stored bigint := 0;
 BEGIN
     IF tables IS NULL OR cardinality(tables) = 0 OR array_position(tables, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'snapshot: give one or more tables, none NULL' USING ERRCODE = 'invalid_parameter_value';
@@ -113,10 +173,7 @@ BEGIN
         IF (SELECT c.relkind FROM pg_catalog.pg_class AS c WHERE c.oid = v_table) NOT IN ('r', 'p') THEN
             RAISE EXCEPTION 'cannot snapshot %: it is not a table', v_table USING ERRCODE = 'wrong_object_type';
         END IF;
-        IF NOT has_table_privilege(session_user, v_table, 'SELECT') THEN
-            RAISE EXCEPTION 'cannot snapshot %: % may not read it', v_table, session_user
-                USING ERRCODE = 'insufficient_privilege';
-        END IF;
+        PERFORM agentdb_private.check_reads_every_row(v_table, 'snapshot');
         IF cardinality(agentdb_private.primary_key(v_table)) = 0 THEN
             RAISE EXCEPTION 'cannot snapshot %: it has no primary key', v_table
                 USING HINT = 'A diff names each row by its primary key; add one (ALTER TABLE ... ADD PRIMARY KEY).',
@@ -149,6 +206,7 @@ BEGIN
                 || 'SELECT pg_current_snapshot(), count(*), coalesce(sum(r.row_hash), 0) FROM r',
                 agentdb_private.row_key_sql(v_keys, 't'), agentdb_private.row_hash_sql(v_table, 't'), v_table)
                 INTO v_snap, v_count, v_sum USING v_id, v_table::oid;
+            v_stored := v_stored + v_count;
         END IF;
         INSERT INTO agentdb_private.snapshot_tables (
             snapshot_id, table_oid, table_name, key_columns, mode, row_count, checksum,
@@ -159,6 +217,14 @@ BEGIN
             coalesce((SELECT max(c.id) FROM agentdb_private.change_log AS c), 0)
         );
     END LOOP;
+    -- Statistics for the rows just stored, so that a diff is not planned on
+    -- empty or stale ones before autovacuum comes by: when this snapshot
+    -- stored more than a fifth of the rows the statistics know of. Skipped
+    -- when another ANALYZE holds the table.
+    IF v_stored > 0.2 * greatest((SELECT c.reltuples FROM pg_catalog.pg_class AS c
+                                  WHERE c.oid = 'agentdb_private.snapshot_rows'::regclass), 0) THEN
+        ANALYZE (SKIP_LOCKED) agentdb_private.snapshot_rows;
+    END IF;
     RETURN v_id;
 END
 $$;
@@ -354,9 +420,14 @@ BEGIN
          WHERE a.snapshot_id = diff.before
          ORDER BY b.table_name
     LOOP
-        IF EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c WHERE c.oid = (v_pair.b).table_oid)
-                AND NOT has_table_privilege(session_user, (v_pair.b).table_oid, 'SELECT') THEN
-            RAISE EXCEPTION 'cannot diff %: % may not read it', (v_pair.b).table_name, session_user
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c WHERE c.oid = (v_pair.b).table_oid) THEN
+            PERFORM agentdb_private.check_reads_every_row((v_pair.b).table_oid::regclass, 'diff');
+        ELSIF EXISTS (SELECT 1 FROM agentdb_private.snapshots AS s
+                       WHERE s.id IN (diff.before, diff.after) AND s.created_by <> session_user)
+                AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = session_user) THEN
+            -- Dropped since: its privileges and policies went with it.
+            RAISE EXCEPTION 'cannot diff %: the table no longer exists, so only the role that took both snapshots may',
+                (v_pair.b).table_name
                 USING ERRCODE = 'insufficient_privilege';
         END IF;
         v_one := agentdb_private.diff_table(v_pair.a, v_pair.b);

@@ -27,6 +27,8 @@ INSERT INTO agentdb_private.messages AS m (code, lang, body) VALUES
 ('detail.refused.side_effect', 'en', 'Couldn''t {label}: it would have changed more than was asked, so it was undone and nothing was changed.'),
 ('detail.invalid.expect_rows_required', 'zh', '没能{label}:没有说明预计改动几条,为了安全没有执行,什么都没有改动。'),
 ('detail.invalid.expect_rows_required', 'en', 'Couldn''t {label}: it didn''t say how many items should change, so to be safe nothing was changed.'),
+('detail.refused.function_not_allowed', 'zh', '没能{label}:这条修改用到了不允许使用的功能,所以没有执行,什么都没有改动。'),
+('detail.refused.function_not_allowed', 'en', 'Couldn''t {label}: the change used something that isn''t allowed here, so it was not carried out and nothing was changed.'),
 ('detail.failed.timeout', 'zh', '没能{label}:处理时间太长,已经停止,什么都没有改动,可以稍后重试。'),
 ('detail.failed.timeout', 'en', 'Couldn''t {label}: it took too long and was stopped; nothing was changed. You can try again later.')
 ON CONFLICT (code, lang) DO UPDATE SET body = excluded.body;
@@ -110,9 +112,212 @@ AS $$
     SELECT s.user_id FROM agentdb_private.sql_scope AS s WHERE s.backend_pid = pg_catalog.pg_backend_pid()
 $$;
 
+-- The functions a statement may call, by name, from pg_catalog: the same
+-- list as pyagentdb.sqlguard.ALLOWED_FUNCTIONS (tests/test_sqlguard.py
+-- compares them). Time, text and number functions with no side effect and
+-- no access to other data. extract, position, overlay, timezone,
+-- similar_to_escape and overlaps are what EXTRACT(...), POSITION(... IN ...),
+-- OVERLAY(...), AT TIME ZONE, SIMILAR TO and OVERLAPS call.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_allowed_functions()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT ARRAY[
+        'now', 'clock_timestamp', 'statement_timestamp', 'transaction_timestamp',
+        'date_trunc', 'date_part', 'extract', 'make_date', 'make_time', 'make_timestamp',
+        'make_timestamptz', 'make_interval', 'to_timestamp', 'to_date', 'to_char', 'to_number',
+        'timezone', 'overlaps', 'age', 'justify_days', 'justify_hours', 'justify_interval', 'isfinite',
+        'lower', 'upper', 'initcap', 'btrim', 'ltrim', 'rtrim', 'length', 'char_length',
+        'substr', 'substring', 'left', 'right', 'replace', 'concat', 'concat_ws', 'lpad', 'rpad',
+        'position', 'strpos', 'overlay', 'similar_to_escape', 'split_part', 'translate', 'reverse',
+        'starts_with', 'regexp_replace', 'md5',
+        'abs', 'round', 'trunc', 'floor', 'ceil', 'ceiling', 'mod', 'sign',
+        'gen_random_uuid'
+    ]
+$$;
+
+-- Why the statement may not call function p_fn, or NULL when it may: a
+-- function of the list above in pg_catalog (or one of an extension, e.g.
+-- citext's, by the same name and without side effects), a cast function of
+-- pg_catalog, or agentdb.sql_user(); and the writer role must hold EXECUTE.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_function_refusal(p_fn oid)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN p.oid IS NULL THEN format('function %s is not known', p_fn)
+        WHEN NOT (
+            p.oid = 'agentdb.sql_user()'::regprocedure
+            OR p.pronamespace = 'pg_catalog'::regnamespace
+               AND (p.proname = ANY (agentdb_private.sql_allowed_functions())
+                    OR EXISTS (SELECT 1 FROM pg_catalog.pg_cast AS c WHERE c.castfunc = p.oid))
+            OR p.proname = ANY (agentdb_private.sql_allowed_functions()) AND p.provolatile <> 'v'
+               AND EXISTS (SELECT 1 FROM pg_catalog.pg_depend AS d
+                            WHERE d.classid = 'pg_catalog.pg_proc'::regclass AND d.objid = p.oid
+                              AND d.deptype = 'e'))
+            THEN format('function %s is not allowed in an agent''s statement', p.oid::regprocedure)
+        WHEN NOT has_function_privilege('agentdb_sql_writer', p.oid, 'EXECUTE')
+            THEN format('function %s may not be called by agentdb_sql_writer', p.oid::regprocedure)
+    END
+      FROM (SELECT p_fn AS fn) AS x
+      LEFT JOIN pg_catalog.pg_proc AS p ON p.oid = x.fn
+$$;
+
+-- Why the statement may not use operator p_op, or NULL when it may: every
+-- operator of pg_catalog, and an extension's whose function has no side
+-- effect (citext's =, for instance).
+CREATE OR REPLACE FUNCTION agentdb_private.sql_operator_refusal(p_op oid)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN o.oid IS NULL THEN format('operator %s is not known', p_op)
+        WHEN NOT (
+            o.oprnamespace = 'pg_catalog'::regnamespace
+            OR f.provolatile <> 'v'
+               AND EXISTS (SELECT 1 FROM pg_catalog.pg_depend AS d
+                            WHERE d.classid = 'pg_catalog.pg_operator'::regclass AND d.objid = o.oid
+                              AND d.deptype = 'e'))
+            THEN format('operator %s is not allowed in an agent''s statement', o.oid::regoperator)
+        WHEN NOT has_function_privilege('agentdb_sql_writer', o.oprcode, 'EXECUTE')
+            THEN format('operator %s may not be used by agentdb_sql_writer', o.oid::regoperator)
+    END
+      FROM (SELECT p_op AS op) AS x
+      LEFT JOIN pg_catalog.pg_operator AS o ON o.oid = x.op
+      LEFT JOIN pg_catalog.pg_proc AS f ON f.oid = o.oprcode
+$$;
+
+-- The statement as PostgreSQL analyzed it: its query tree (pg_node_tree
+-- text), stored by a function made for the moment with a BEGIN ATOMIC body,
+-- in a subtransaction that is then rolled back, so nothing of it stays. Only
+-- called after sql_writer_parse proved the text to be one statement, so the
+-- text around it cannot turn into a second command.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_query_tree(p_statement text, p_path text)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_name text := 'sql_probe_' || pg_backend_pid();
+    v_tree text;
+BEGIN
+    BEGIN
+        PERFORM set_config('search_path', p_path, true);
+        EXECUTE format(E'CREATE FUNCTION agentdb_private.%I() RETURNS void LANGUAGE sql\nBEGIN ATOMIC\n%s\n;\nEND',
+                       v_name, p_statement);
+        SELECT p.prosqlbody::text INTO v_tree
+          FROM pg_catalog.pg_proc AS p
+         WHERE p.proname = v_name AND p.pronamespace = 'agentdb_private'::regnamespace;
+        RAISE EXCEPTION USING ERRCODE = 'AD002';
+    EXCEPTION WHEN SQLSTATE 'AD002' THEN
+        NULL;
+    END;
+    RETURN v_tree;
+END
+$$;
+
+-- Why the analyzed statement p_tree may not run, or NULL: a function or an
+-- operator it calls that is not allowed. Read from the tree's text, where
+-- constants are printed as bytes and names with their blanks escaped, so
+-- nothing the statement says can pose as a field (a name that happens to
+-- read ":funcid" could only add a refusal, never hide a call). The fields:
+-- funcid (every function call, cast and SQL form such as EXTRACT), aggfnoid,
+-- winfnoid, tsmhandler and the window range functions; opno (operators, IS
+-- DISTINCT FROM, NULLIF, IN and ANY), opnos (row comparisons), eqop, sortop.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_call_refusal(p_tree text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH calls AS (
+        SELECT m[1] AS field, m[2]::oid AS ref
+          FROM regexp_matches(p_tree,
+                  '[ ({]:(funcid|aggfnoid|winfnoid|tsmhandler|startInRangeFunc|endInRangeFunc|opno|eqop|sortop) (\d+)',
+                  'g') AS m
+        UNION ALL
+        SELECT 'opno', o::oid
+          FROM regexp_matches(p_tree, '[ ({]:opnos \(o((?: \d+)*)\)', 'g') AS m,
+               regexp_split_to_table(btrim(m[1]), ' ') AS o
+         WHERE o <> ''
+    ),
+    refused AS (
+        SELECT CASE WHEN c.field IN ('opno', 'eqop', 'sortop') THEN agentdb_private.sql_operator_refusal(c.ref)
+                    ELSE agentdb_private.sql_function_refusal(c.ref) END AS why
+          FROM (SELECT DISTINCT calls.field, calls.ref FROM calls WHERE calls.ref <> 0) AS c
+    )
+    SELECT CASE
+        WHEN p_tree IS NULL THEN agentdb_private.not_done('invalid', 'sql_error', 'the statement could not be analyzed')
+        ELSE (SELECT agentdb_private.not_done('refused', 'function_not_allowed', min(r.why))
+                FROM refused AS r WHERE r.why IS NOT NULL HAVING count(*) > 0)
+    END
+$$;
+
+-- Why the analyzed statement p_tree is not the shape of one plain write, or
+-- NULL: a subquery anywhere (even one the planner would fold away), or a
+-- range-table entry other than the table and, for an INSERT, its VALUES list:
+-- rtekind 1 (a subquery in FROM, INSERT ... SELECT), 2 (a join), 3 (a
+-- function in FROM), 4 (XMLTABLE, JSON_TABLE), 5 (VALUES in FROM), 6 (WITH).
+-- The guard draws the same line; the plan is checked again after planning.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_shape_refusal(p_tree text, p_action text)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN strpos(p_tree, '{SUBLINK ') > 0 THEN agentdb_private.not_done('refused', 'sql_not_simple',
+            'a subquery is not allowed: it could read other rows or tables; give literal values')
+        ELSE (SELECT agentdb_private.not_done('refused', 'sql_not_simple', CASE min(m[1])
+                  WHEN '1' THEN 'a subquery in FROM or INSERT ... SELECT is not allowed; give the values with VALUES (...)'
+                  WHEN '2' THEN 'a join is not allowed; change one table and name its rows in WHERE'
+                  WHEN '3' THEN 'a function in FROM is not allowed'
+                  WHEN '4' THEN 'XMLTABLE or JSON_TABLE in FROM is not allowed'
+                  WHEN '5' THEN 'VALUES in FROM is not allowed; name the rows in WHERE'
+                  ELSE 'WITH is not allowed' END)
+                FROM regexp_matches(p_tree, '[ ({]:rtekind ([1-6]) ', 'g') AS m
+               WHERE m[1] <> '5' OR p_action <> 'insert'
+              HAVING count(*) > 0)
+    END
+$$;
+
+-- Failed before anything ran (parsing, analyzing or planning): the refusal.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_prepare_failure(p_state text, p_msg text)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN p_state = '42P11' THEN agentdb_private.not_done('refused', 'sql_not_single',
+            'more than one statement was given')
+        WHEN p_state IN ('42501', '42P01', '3F000') THEN agentdb_private.not_done('refused', 'table_not_allowed',
+            format('%s (SQLSTATE %s)', p_msg, p_state))
+        WHEN p_state = '57014' THEN agentdb_private.not_done('failed', 'timeout',
+            'the statement was cancelled (statement_timeout) before it ran')
+        ELSE agentdb_private.not_done('invalid', 'sql_error', format('%s (SQLSTATE %s)', p_msg, p_state))
+    END
+$$;
+
 -- The two functions below run as agentdb_sql_writer (they are owned by it;
 -- see the end of this file). Nothing in them may name an agentdb object: the
 -- writer has no USAGE on agentdb_private.
+
+-- Parse and analyze the statement with the writer's privileges, without
+-- planning or running it: a cursor is opened over its EXPLAIN (PostgreSQL
+-- cannot open one over two statements, 42P11) and closed before the first
+-- fetch, which is when EXPLAIN would plan.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_writer_parse(p_statement text, p_path text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_cursor refcursor;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', p_path, true);
+    OPEN v_cursor FOR EXECUTE 'EXPLAIN (VERBOSE, FORMAT JSON) ' || p_statement;
+    CLOSE v_cursor;
+END
+$$;
 
 -- The server's own plan of the statement, made with the writer's privileges.
 -- A cursor cannot be opened over more than one statement, so a second
@@ -135,7 +340,7 @@ END
 $$;
 
 -- Execute the (already planned) statement and report what the transaction's
--- statistics, settings and advisory locks looked like around it.
+-- statistics and the session's settings looked like around it.
 CREATE OR REPLACE FUNCTION agentdb_private.sql_writer_exec(p_statement text, p_path text)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -149,8 +354,6 @@ DECLARE
     v_counts_after jsonb;
     v_settings_before text;
     v_settings_after text;
-    v_locks_before bigint;
-    v_locks_after bigint;
 BEGIN
     PERFORM pg_catalog.set_config('search_path', p_path, true);
     SELECT coalesce(jsonb_object_agg(c.oid::text, c.n), '{}')
@@ -164,8 +367,6 @@ BEGIN
         || coalesce(current_setting('agentdb.call', true), '')
       INTO v_settings_before
       FROM pg_catalog.pg_settings AS g;
-    SELECT count(*) INTO v_locks_before FROM pg_catalog.pg_locks AS l
-     WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid();
 
     EXECUTE p_statement;
     GET DIAGNOSTICS v_rows = ROW_COUNT;
@@ -181,20 +382,18 @@ BEGIN
         || coalesce(current_setting('agentdb.call', true), '')
       INTO v_settings_after
       FROM pg_catalog.pg_settings AS g;
-    SELECT count(*) INTO v_locks_after FROM pg_catalog.pg_locks AS l
-     WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid();
 
     RETURN jsonb_build_object(
         'rows', v_rows,
         'before', v_counts_before,
         'after', v_counts_after,
-        'settings_changed', v_settings_before IS DISTINCT FROM v_settings_after,
-        'locks_added', v_locks_after - v_locks_before);
+        'settings_changed', v_settings_before IS DISTINCT FROM v_settings_after);
 END
 $$;
 
 -- Advisory locks this backend holds: a statement could take a session-level
--- one (it outlives a rollback), so run_sql releases any it finds new.
+-- one (it outlives a rollback) or release one of the runtime's, so run_sql
+-- releases any it finds new and takes again any it finds gone.
 CREATE OR REPLACE FUNCTION agentdb_private.sql_advisory_locks()
 RETURNS jsonb
 LANGUAGE sql STABLE
@@ -207,42 +406,60 @@ AS $$
      WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.granted
 $$;
 
-CREATE OR REPLACE FUNCTION agentdb_private.sql_release_new_locks(p_before jsonb)
-RETURNS integer
+DROP FUNCTION IF EXISTS agentdb_private.sql_release_new_locks(jsonb);
+
+-- Take (p_take, without waiting) or release once one advisory lock, as
+-- sql_advisory_locks() shows it: one bigint key (objsubid 1) or two int4 keys
+-- (shown as unsigned oids).
+CREATE OR REPLACE FUNCTION agentdb_private.sql_lock_once(p_lock jsonb, p_take boolean)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_shared boolean := p_lock ->> 'mode' = 'ShareLock';
+    v_hi bigint := (p_lock ->> 'classid')::bigint;
+    v_lo bigint := (p_lock ->> 'objid')::bigint;
+    v_key bigint := (v_hi << 32) | v_lo;
+    v_k1 integer := (v_hi - CASE WHEN v_hi > 2147483647 THEN 4294967296 ELSE 0 END)::integer;
+    v_k2 integer := (v_lo - CASE WHEN v_lo > 2147483647 THEN 4294967296 ELSE 0 END)::integer;
+BEGIN
+    IF (p_lock ->> 'objsubid')::integer = 1 THEN
+        RETURN CASE WHEN p_take AND v_shared THEN pg_try_advisory_lock_shared(v_key)
+                    WHEN p_take THEN pg_try_advisory_lock(v_key)
+                    WHEN v_shared THEN pg_advisory_unlock_shared(v_key)
+                    ELSE pg_advisory_unlock(v_key) END;
+    END IF;
+    RETURN CASE WHEN p_take AND v_shared THEN pg_try_advisory_lock_shared(v_k1, v_k2)
+                WHEN p_take THEN pg_try_advisory_lock(v_k1, v_k2)
+                WHEN v_shared THEN pg_advisory_unlock_shared(v_k1, v_k2)
+                ELSE pg_advisory_unlock(v_k1, v_k2) END;
+END
+$$;
+
+-- After a statement: release every advisory lock it took (taken possibly
+-- several times over: until it is gone), and take again, once, any it
+-- released (a lock does not come back with a rollback).
+CREATE OR REPLACE FUNCTION agentdb_private.sql_restore_locks(p_before jsonb)
+RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_lock jsonb;
-    v_shared boolean;
-    v_one boolean;
-    v_key bigint;
-    v_k1 integer;
-    v_k2 integer;
     v_released integer := 0;
 BEGIN
     FOR v_lock IN SELECT a.value FROM jsonb_array_elements(agentdb_private.sql_advisory_locks()) AS a
                    WHERE NOT p_before @> jsonb_build_array(a.value) LOOP
-        v_shared := v_lock ->> 'mode' = 'ShareLock';
-        v_one := (v_lock ->> 'objsubid')::int = 1;
-        v_key := ((v_lock ->> 'classid')::bigint << 32) | (v_lock ->> 'objid')::bigint;
-        -- Two int4 keys are shown as unsigned oids.
-        v_k1 := ((v_lock ->> 'classid')::bigint - CASE WHEN (v_lock ->> 'classid')::bigint > 2147483647
-                                                       THEN 4294967296 ELSE 0 END)::int;
-        v_k2 := ((v_lock ->> 'objid')::bigint - CASE WHEN (v_lock ->> 'objid')::bigint > 2147483647
-                                                     THEN 4294967296 ELSE 0 END)::int;
-        -- Taken possibly several times over: release until it is gone.
         WHILE agentdb_private.sql_advisory_locks() @> jsonb_build_array(v_lock) AND v_released < 10000 LOOP
-            PERFORM CASE
-                WHEN v_one AND v_shared THEN pg_advisory_unlock_shared(v_key)
-                WHEN v_one THEN pg_advisory_unlock(v_key)
-                WHEN v_shared THEN pg_advisory_unlock_shared(v_k1, v_k2)
-                ELSE pg_advisory_unlock(v_k1, v_k2)
-            END;
+            PERFORM agentdb_private.sql_lock_once(v_lock, false);
             v_released := v_released + 1;
         END LOOP;
     END LOOP;
-    RETURN v_released;
+    FOR v_lock IN SELECT b.value FROM jsonb_array_elements(p_before) AS b
+                   WHERE NOT agentdb_private.sql_advisory_locks() @> jsonb_build_array(b.value) LOOP
+        PERFORM agentdb_private.sql_lock_once(v_lock, true);
+    END LOOP;
 END
 $$;
 
@@ -316,6 +533,7 @@ DECLARE
     v_state text;
     v_msg text;
     v_fail jsonb;
+    v_tree_text text;
     v_rows bigint := 0;
     v_watched boolean;
     v_logged bigint;
@@ -345,24 +563,32 @@ BEGIN
             || jsonb_build_object('sql_action', v_action);
     END IF;
 
-    -- 1. The server's plan, as the writer role.
+    -- 1. Parsed as the writer: one statement, every name resolved, nothing
+    -- planned or run yet. 2. Every function and operator it calls allowed,
+    -- and no subquery, join, function or VALUES in FROM, before it is planned
+    -- (planning already runs immutable functions of constants). 3. The
+    -- server's plan, as the writer.
     v_path := agentdb_private.sql_search_path();
     BEGIN
-        v_plan := agentdb_private.sql_writer_plan(p_statement, v_path);
-    EXCEPTION WHEN OTHERS THEN
-        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
-        RETURN CASE
-            WHEN v_state = '42P11' THEN agentdb_private.not_done('refused', 'sql_not_single',
-                'more than one statement was given')
-            WHEN v_state IN ('42501', '42P01', '3F000') THEN agentdb_private.not_done('refused', 'table_not_allowed',
-                format('%s (SQLSTATE %s)', v_msg, v_state))
-            WHEN v_state = '42601' THEN agentdb_private.not_done('invalid', 'sql_error',
-                format('%s (SQLSTATE %s)', v_msg, v_state))
-            ELSE agentdb_private.not_done('invalid', 'sql_error', format('%s (SQLSTATE %s)', v_msg, v_state))
-        END || jsonb_build_object('sql_action', v_action);
+        PERFORM agentdb_private.sql_writer_parse(p_statement, v_path);
+        v_tree_text := agentdb_private.sql_query_tree(p_statement, v_path);
+        v_fail := coalesce(agentdb_private.sql_call_refusal(v_tree_text),
+                           agentdb_private.sql_shape_refusal(v_tree_text, v_action));
+        IF v_fail IS NULL THEN
+            v_plan := agentdb_private.sql_writer_plan(p_statement, v_path);
+        END IF;
+    EXCEPTION
+        WHEN query_canceled THEN
+            v_fail := agentdb_private.sql_prepare_failure('57014', NULL);
+        WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
+            v_fail := agentdb_private.sql_prepare_failure(v_state, v_msg);
     END;
+    IF v_fail IS NOT NULL THEN
+        RETURN v_fail || jsonb_build_object('sql_action', v_action);
+    END IF;
 
-    -- 2. The plan must be one plain write of one enabled table (a rule on the
+    -- 4. The plan must be one plain write of one enabled table (a rule on the
     -- table can turn one statement into several plans).
     IF jsonb_array_length(v_plan) <> 1 THEN
         RETURN agentdb_private.not_done('refused', 'sql_not_simple',
@@ -388,6 +614,13 @@ BEGIN
     IF v_root ->> 'Conflict Resolution' IS DISTINCT FROM NULL AND v_root ->> 'Conflict Resolution' <> 'NOTHING' THEN
         RETURN agentdb_private.not_done('refused', 'sql_not_simple',
             'ON CONFLICT DO UPDATE is not allowed (an upsert''s row count proves nothing)') || v_result;
+    END IF;
+    IF v_root ? 'Conflict Resolution' AND v_reg.owner_column IS NOT NULL THEN
+        -- Its row count would answer for rows of other users, which the
+        -- statement may not see: a quiet probe of their keys.
+        RETURN agentdb_private.not_done('refused', 'sql_not_simple',
+            format('ON CONFLICT is not allowed on %s, whose rows belong to users: it would decide on rows '
+                   'of other users; insert without it', v_target)) || v_result;
     END IF;
     SELECT array_agg(p.relid) INTO v_tree FROM pg_catalog.pg_partition_tree(v_target) AS p;
     v_tree := coalesce(v_tree, ARRAY[v_target::oid]);
@@ -435,7 +668,7 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- 3. The same gate as invoke, now that the table is known.
+    -- 5. The same gate as invoke, now that the table is known.
     v_fail := agentdb_private.gate_checks(p_task, 'run_sql', agentdb_private.sql_tool(v_action, v_target));
     IF v_fail IS NOT NULL THEN
         RETURN v_fail || v_result;
@@ -446,7 +679,7 @@ BEGIN
             || v_result;
     END IF;
 
-    -- 4. Execute as the writer, in a subtransaction, and prove what changed.
+    -- 6. Execute as the writer, in a subtransaction, and prove what changed.
     v_locks := agentdb_private.sql_advisory_locks();
     v_fail := NULL;
     BEGIN
@@ -484,8 +717,11 @@ BEGIN
                 format('the statement also changed %s', array_to_string(v_other, ', ')));
         ELSIF (v_exec ->> 'settings_changed')::boolean THEN
             v_fail := agentdb_private.not_done('refused', 'side_effect', 'the statement changed a session setting');
-        ELSIF (v_exec ->> 'locks_added')::int > 0 THEN
+        ELSIF NOT v_locks @> agentdb_private.sql_advisory_locks() THEN
             v_fail := agentdb_private.not_done('refused', 'side_effect', 'the statement took an advisory lock');
+        ELSIF NOT agentdb_private.sql_advisory_locks() @> v_locks THEN
+            v_fail := agentdb_private.not_done('refused', 'side_effect',
+                'the statement released an advisory lock the session held');
         ELSIF v_rows <> p_expect_rows THEN
             v_fail := agentdb_private.not_done('unverified', 'row_count',
                 format('expected %s row(s) to change, %s did', p_expect_rows, v_rows),
@@ -544,7 +780,7 @@ BEGIN
                 jsonb_build_object('attempts', 1, 'sqlstate', v_state));
     END;
     -- A session-level advisory lock outlives the rollback: release it.
-    PERFORM agentdb_private.sql_release_new_locks(v_locks);
+    PERFORM agentdb_private.sql_restore_locks(v_locks);
     RETURN v_result;
 END
 $$;
@@ -867,9 +1103,11 @@ FROM agentdb_private.sql_tables AS t;
 -- role needs that role to hold CREATE on the schema (superusers aside): only
 -- for the moment of the change.
 GRANT CREATE ON SCHEMA agentdb_private TO agentdb_sql_writer;
+ALTER FUNCTION agentdb_private.sql_writer_parse(text, text) OWNER TO agentdb_sql_writer;
 ALTER FUNCTION agentdb_private.sql_writer_plan(text, text) OWNER TO agentdb_sql_writer;
 ALTER FUNCTION agentdb_private.sql_writer_exec(text, text) OWNER TO agentdb_sql_writer;
 REVOKE CREATE ON SCHEMA agentdb_private FROM agentdb_sql_writer;
+REVOKE ALL ON FUNCTION agentdb_private.sql_writer_parse(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION agentdb_private.sql_writer_plan(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION agentdb_private.sql_writer_exec(text, text) FROM PUBLIC;
 

@@ -188,19 +188,31 @@ def test_max_rows(sqldb):
 
 BYPASSES = [
     # (statement, refusal); each is also refused by the Python guard
-    ("DELETE FROM stock USING pg_sleep(0.2) WHERE stock.sku = 'a'", "sql_not_simple"),
-    ("UPDATE stock SET qty = 0 FROM generate_series(1, 3) AS g WHERE stock.qty = g", "sql_not_simple"),
-    ("UPDATE stock SET qty = 0 FROM ROWS FROM (pg_sleep(0)) AS s WHERE stock.sku = 'a'", "sql_not_simple"),
+    # Functions that are not allowed are refused before the statement is planned.
+    ("DELETE FROM stock USING pg_sleep(0.2) WHERE stock.sku = 'a'", "function_not_allowed"),
+    ("UPDATE stock SET qty = 0 FROM generate_series(1, 3) AS g WHERE stock.qty = g", "function_not_allowed"),
+    ("UPDATE stock SET qty = 0 FROM ROWS FROM (pg_sleep(0)) AS s WHERE stock.sku = 'a'",
+     "function_not_allowed"),
+    ("UPDATE stock SET qty = (SELECT count(*) FROM secrets) WHERE sku = 'a'", "function_not_allowed"),
+    ("UPDATE stock SET qty = (SELECT max(qty) FROM stock) WHERE sku = 'a'", "function_not_allowed"),
+    # Allowed functions, and the plan: no function in FROM, no other table, no subquery.
+    # Refused in the analyzed statement even where the planner would fold them away.
+    ("DELETE FROM stock USING lower('A') AS l WHERE stock.sku = l", "sql_not_simple"),
+    ("UPDATE stock SET qty = 0 FROM (VALUES ('a')) AS v (s) WHERE stock.sku = v.s", "sql_not_simple"),
+    ("DELETE FROM stock WHERE EXISTS (SELECT 1 WHERE sku = 'a')", "sql_not_simple"),
+    ("INSERT INTO stock SELECT 'd', 1", "sql_not_simple"),
+    ("UPDATE stock SET qty = 0 FROM (VALUES ('a'), ('b')) AS v (s) WHERE stock.sku = v.s", "sql_not_simple"),
+    ("DELETE FROM stock USING (VALUES ('a'), ('b')) AS v (s) WHERE stock.sku = v.s", "sql_not_simple"),
     ("UPDATE stock SET qty = length(s.s) FROM secrets AS s WHERE stock.sku = 'a'", "table_not_allowed"),
-    ("UPDATE stock SET qty = (SELECT count(*) FROM secrets) WHERE sku = 'a'", "table_not_allowed"),
-    ("INSERT INTO stock SELECT s, 1 FROM secrets", "table_not_allowed"),
+    ("UPDATE stock SET qty = (SELECT length(s) FROM secrets LIMIT 1) WHERE sku = 'a'", "sql_not_simple"),
+    ("INSERT INTO stock SELECT s, 1 FROM secrets", "sql_not_simple"),
     ("UPDATE secrets SET s = 'leaked' WHERE id = 1", "table_not_allowed"),
     ("DELETE FROM secrets WHERE id = 1", "table_not_allowed"),
     ("INSERT INTO secrets VALUES (2, 'x')", "table_not_allowed"),
     ("UPDATE pg_catalog.pg_class SET relname = 'x' WHERE oid = 1", "table_not_allowed"),
     ("UPDATE agentdb_private.tasks SET authenticated = true WHERE true", "table_not_allowed"),
     ("UPDATE stock SET qty = 0 FROM stock AS s2 WHERE stock.sku = s2.sku", "sql_not_simple"),
-    ("UPDATE stock SET qty = (SELECT max(qty) FROM stock) WHERE sku = 'a'", "sql_not_simple"),
+    ("UPDATE stock SET qty = (SELECT qty FROM stock WHERE sku = 'b') WHERE sku = 'a'", "sql_not_simple"),
     ("DELETE FROM stock WHERE sku IN (SELECT sku FROM stock WHERE qty > 15)", "sql_not_simple"),
     ("INSERT INTO stock SELECT sku || '2', qty FROM stock", "sql_not_simple"),
     ("INSERT INTO stock VALUES ('a', 1) ON CONFLICT (sku) DO UPDATE SET qty = 0", "sql_not_simple"),
@@ -210,6 +222,8 @@ BYPASSES = [
     ("WITH x AS (DELETE FROM stock RETURNING *) UPDATE stock SET qty = 0 WHERE sku = 'a'", "sql_not_dml"),
     ("WITH x AS (SELECT 1) DELETE FROM stock WHERE sku = 'a'", "sql_not_dml"),
     ("SELECT set_config('search_path', 'evil', false)", "sql_not_dml"),
+    ("UPDATE stock SET qty = 0 WHERE sku = 'a' AND set_config('search_path', 'evil', false) > ''",
+     "function_not_allowed"),
     ("COPY stock FROM STDIN", "sql_not_dml"),
     ("DO $$ BEGIN DELETE FROM stock; END $$", "sql_not_dml"),
     ("CALL nothing()", "sql_not_dml"),
@@ -253,17 +267,17 @@ def test_a_prepared_statement_cannot_stand_in(sqldb, role_connect, text):
     assert len(stock(sqldb)) == 3
 
 
-def test_function_side_effect_on_another_table_is_undone(sqldb):
-    # A function the DBA made and PUBLIC may call, that writes elsewhere: the plan cannot
-    # see inside it, the transaction's statistics can.
+def test_function_side_effect_on_another_table_is_refused(sqldb):
+    # A function the DBA made and PUBLIC may call, that writes elsewhere: not on the
+    # allow-list, so refused before the statement is planned.
     sqldb.execute("""
         CREATE FUNCTION public.sneaky() RETURNS integer LANGUAGE sql SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
         AS $$ INSERT INTO public.secrets VALUES (99, 'planted') RETURNING 1 $$""")
     receipt = run(sqldb, begin(sqldb), "UPDATE stock SET qty = public.sneaky() WHERE sku = 'a'", 1)
-    check_recorded(sqldb, receipt, outcome="refused", refusal="side_effect")
-    assert "secrets" in one(sqldb, "SELECT error FROM agentdb.v_steps WHERE step_id = %s",
-                            (receipt["step_id"],))["error"]
+    check_recorded(sqldb, receipt, outcome="refused", refusal="function_not_allowed")
+    assert "sneaky" in one(sqldb, "SELECT error FROM agentdb.v_steps WHERE step_id = %s",
+                           (receipt["step_id"],))["error"]
     assert scalar(sqldb, "SELECT count(*) FROM public.secrets") == 1
     assert stock(sqldb)["a"] == 10
 
@@ -283,15 +297,31 @@ def test_trigger_writing_elsewhere(sqldb, definer, refusal):
     assert scalar(sqldb, "SELECT count(*) FROM public.secrets") == 1
 
 
+def _trigger(db, body: str) -> None:
+    """A trigger on stock that runs `body` (as the writer role) before each updated row: the
+    checks after the statement ran are the second line, behind the function allow-list."""
+    db.execute(f"""
+        CREATE FUNCTION public.on_stock() RETURNS trigger LANGUAGE plpgsql
+        SET search_path = pg_catalog, pg_temp AS $$ BEGIN {body}; RETURN NEW; END $$;
+        CREATE TRIGGER on_stock BEFORE UPDATE ON public.stock FOR EACH ROW EXECUTE FUNCTION public.on_stock();
+    """)
+
+
 def test_changing_a_session_setting_is_undone(sqldb, role_connect):
     agent = role_connect("agentdb_agent")
     before = scalar(agent, "SHOW search_path")
-    receipt = run(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a' "
-                  "AND set_config('search_path', 'evil', false) IS NOT NULL", 1)
+    statement = ("UPDATE stock SET qty = 1 WHERE sku = 'a' "
+                 "AND set_config('search_path', 'evil', false) IS NOT NULL")
+    receipt = run(agent, begin(sqldb), statement, 1)
+    check_recorded(sqldb, receipt, outcome="refused", refusal="function_not_allowed")
+    _trigger(sqldb, "PERFORM set_config('search_path', 'evil', false)")
+    receipt = run(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="side_effect")
     assert scalar(agent, "SHOW search_path") == before
-    receipt = run(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a' "
-                  "AND set_config('agentdb.call', 'forged:1', false) IS NOT NULL", 1)
+    sqldb.execute("CREATE OR REPLACE FUNCTION public.on_stock() RETURNS trigger LANGUAGE plpgsql "
+                  "SET search_path = pg_catalog, pg_temp AS $$ BEGIN "
+                  "PERFORM set_config('agentdb.call', 'forged:1', false); RETURN NEW; END $$")
+    receipt = run(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="side_effect")
     assert scalar(agent, "SELECT coalesce(current_setting('agentdb.call', true), '')") == ""
     assert stock(sqldb)["a"] == 10
@@ -300,9 +330,8 @@ def test_changing_a_session_setting_is_undone(sqldb, role_connect):
 def test_session_advisory_lock_is_released(sqldb, role_connect):
     agent = role_connect("agentdb_agent")
     agent.execute("SELECT pg_advisory_lock(7)")  # the runtime's own lock survives
-    receipt = run(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a' "
-                  "AND pg_advisory_lock(4242) IS NOT NULL AND pg_advisory_lock(-1, -2) IS NOT NULL "
-                  "AND pg_advisory_lock_shared(7) IS NOT NULL", 1)
+    _trigger(sqldb, "PERFORM pg_advisory_lock(4242), pg_advisory_lock(-1, -2), pg_advisory_lock_shared(7)")
+    receipt = run(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="side_effect")
     held = rows(agent, "SELECT classid::bigint AS c, objid::bigint AS o, mode FROM pg_locks "
                        "WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
@@ -310,11 +339,38 @@ def test_session_advisory_lock_is_released(sqldb, role_connect):
     assert stock(sqldb)["a"] == 10
 
 
-def test_statement_timeout_is_recorded_as_failed(sqldb):
+def test_session_advisory_unlock_is_a_side_effect(sqldb, role_connect):
+    agent = role_connect("agentdb_agent")
+    agent.execute("SELECT pg_advisory_lock(7), pg_advisory_lock_shared(8)")
+    _trigger(sqldb, "PERFORM pg_advisory_unlock_all()")
+    receipt = run(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
+    check_recorded(sqldb, receipt, outcome="refused", refusal="side_effect")
+    assert "released" in one(sqldb, "SELECT error FROM agentdb.v_steps WHERE step_id = %s",
+                             (receipt["step_id"],))["error"]
+    held = rows(agent, "SELECT objid::bigint AS o, mode FROM pg_locks "
+                       "WHERE locktype = 'advisory' AND pid = pg_backend_pid() ORDER BY 1")
+    assert held == [{"o": 7, "mode": "ExclusiveLock"}, {"o": 8, "mode": "ShareLock"}]  # taken again
+    assert stock(sqldb)["a"] == 10
+
+
+def _hold_row(dsn, sku: str):
+    """Another session holding a row lock on stock `sku` (close it to release)."""
+    holder = psycopg.connect(dsn)
+    holder.execute("SELECT 1 FROM public.stock WHERE sku = %s FOR UPDATE", (sku,))
+    return holder
+
+
+def test_statement_timeout_is_recorded_as_failed(sqldb, dsn):
     task = begin(sqldb)
+    # Waits on the row: cancelled by statement_timeout while running.
+    with _hold_row(dsn, "a"), sqldb.transaction():
+        sqldb.execute("SET LOCAL statement_timeout = '200ms'")
+        receipt = run(sqldb, task, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
+    check_recorded(sqldb, receipt, outcome="failed", refusal="timeout")
+    # Planning runs immutable functions of constants: cancelled there, the same answer.
     with sqldb.transaction():
         sqldb.execute("SET LOCAL statement_timeout = '200ms'")
-        receipt = run(sqldb, task, "UPDATE stock SET qty = 1 WHERE sku = 'a' AND pg_sleep(5) IS NOT NULL", 1)
+        receipt = run(sqldb, task, "UPDATE stock SET sku = lpad('x', 200000000, 'y') WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="failed", refusal="timeout")
     assert stock(sqldb)["a"] == 10
 
@@ -630,14 +686,12 @@ def test_python_guard_refusal_still_passes_the_task_gates(sqldb):
     assert receipt.outcome == "refused" and receipt.refusal == "not_authenticated"
 
 
-def test_python_run_sql_bounds_time(sqldb):
-    # The guard refuses pg_sleep; call past it to show the timeout the helper sets.
+def test_python_run_sql_bounds_time(sqldb, dsn):
     task = begin(sqldb)
-    statement = "UPDATE stock SET qty = 1 WHERE sku = 'a' AND pg_sleep(5) IS NOT NULL"
-    with sqldb.transaction():
-        sqldb.execute("SELECT set_config('statement_timeout', '200ms', true)")
-        receipt = run(sqldb, task, statement, 1)
-    assert receipt["refusal"] == "timeout"
+    with _hold_row(dsn, "a"):
+        receipt = sqlguard.run_sql(sqldb, task, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1,
+                                   timeout="200ms")
+    assert receipt.refusal == "timeout" and not receipt.ok
     ok = sqlguard.run_sql(sqldb, task, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1, timeout="2s")
     assert ok.ok
     assert scalar(sqldb, "SHOW statement_timeout") == "0"
@@ -763,3 +817,9 @@ def test_reserved_call_id_prefixes_are_refused_and_not_stored(db):
     assert (receipt["outcome"], receipt["refusal"]) == ("invalid", "bad_call_id")
     assert db.execute("SELECT note FROM public.rsv").fetchone() == ("a",)
     assert db.execute("SELECT count(*) FROM agentdb.v_steps WHERE call_id LIKE 'draft:%'").fetchone()[0] == 0
+
+
+def test_the_guard_and_the_database_allow_the_same_functions(db):
+    listed = db.execute("SELECT agentdb_private.sql_allowed_functions()").fetchone()[0]
+    assert sorted(listed) == sorted(sqlguard.ALLOWED_FUNCTIONS)
+    assert len(listed) == len(set(listed))
