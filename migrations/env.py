@@ -11,7 +11,7 @@ import psycopg
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from pyagentdb import resources
+from pyagentdb import install, resources
 
 VERSION_TABLE = "agentdb_alembic_version"
 config = context.config
@@ -45,10 +45,7 @@ def _apply_sql_online(connection, *, migrated: bool) -> None:
     # sql/ itself has not changed since the last install.
     if last and last[0] == checksum and not migrated and not config.attributes.get("force_sql"):
         return
-    for path in resources.sql_files():
-        raw.execute(path.read_text(encoding="utf-8"))
-    raw.execute("SELECT agentdb_private.load_claim_patterns(%s::jsonb)", (resources.claim_patterns_text(),))
-    raw.execute("INSERT INTO agentdb_private.install_log (sql_sha256) VALUES (%s)", (checksum,))
+    install.apply_sql(raw)
 
 
 def _apply_sql_offline() -> None:

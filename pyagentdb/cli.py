@@ -209,6 +209,49 @@ def cmd_sql_check(args) -> int:
     return 0 if verdict.ok else 1
 
 
+def cmd_distribute(args) -> int:
+    """Distribute the installed schema on a Citus coordinator (see docs/scaling.md)."""
+    from . import distribute
+
+    target = _target(args)
+    if args.check:
+        with server.connect(target) as conn:
+            info = distribute.cluster(conn)
+            problems = distribute.readiness(conn) if info["revision"] else []
+            reason = distribute.refusal(info)
+        report = {"ready": not problems and reason is None, "refusal": reason, "problems": problems,
+                  **{k: info[k] for k in ("citus", "coordinator", "workers", "revision", "distributed")}}
+        if args.json:
+            print(json.dumps(report))
+        else:
+            for line in ([reason] if reason else []) + problems:
+                print(f"not ready: {line}")
+            if report["ready"]:
+                print("ready: the schema can be distributed here")
+        return 0 if report["ready"] else 1
+    quiet = args.json or args.quiet
+    try:
+        result = distribute.distribute(
+            target.dsn, args.table or (), prepare_keys=args.prepare_keys, force=args.force,
+            progress=None if quiet else (lambda msg: print(f"distribute: {msg}", file=sys.stderr)))
+    except distribute.DistributeError as exc:
+        if args.json:
+            print(json.dumps({"distributed": False, "error": str(exc).splitlines()[0],
+                              "problems": exc.problems}))
+        else:
+            print(str(exc), file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"distributed": True, **result.as_dict()}))
+    elif not result.distributed:  # business tables added to a distributed schema
+        print(f"distributed {', '.join(result.business)} with the users' rows.")
+    else:
+        print(f"distributed on {result.workers} worker(s): {len(result.distributed)} tenant tables, "
+              f"{len(result.reference)} reference tables, {len(result.business)} business table(s), "
+              f"{len(result.functions)} entry points delegated by user_id.")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -281,6 +324,20 @@ def build_parser() -> argparse.ArgumentParser:
                        help="check an agent's SQL statement with the guard (see docs/sql-guard.md)")
     p.add_argument("statement", help="the statement, or - to read it from stdin")
     p.set_defaults(func=cmd_sql_check)
+
+    p = sub.add_parser("distribute", parents=[common],
+                       help="distribute the installed schema on a Citus coordinator (docs/scaling.md)")
+    p.add_argument("--table", action="append", metavar="TABLE[:COLUMN]",
+                   help="a business table to distribute with the users' rows, by COLUMN (default user_id); "
+                        "repeatable")
+    p.add_argument("--check", action="store_true",
+                   help="only say whether the schema can be distributed here (any server)")
+    p.add_argument("--prepare-keys", action="store_true",
+                   help="experimental: first add user_id to the tenant tables and lead their keys with it")
+    p.add_argument("--force", action="store_true",
+                   help="experimental: distribute even if entry points or the chain are not ready")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_distribute)
 
     p = sub.add_parser("demo", parents=[common], help="walk through every failure class")
     p.add_argument("--lang", choices=["en", "zh"], default="en", help="language the user reads")

@@ -35,6 +35,20 @@ def current_revision(conn) -> str | None:
     return found[0] if found else None
 
 
+def apply_sql(conn) -> None:
+    """Apply sql/ (functions, views, triggers) and the claim patterns on a psycopg connection,
+    and record the checksum. On Citus one statement at a time: it forwards a trigger's whole
+    query string to the workers, which refuse several commands in one."""
+    citus = conn.execute("SELECT count(*) FROM pg_extension WHERE extname = 'citus'").fetchone()[0]
+    for path in resources.sql_files():
+        text = path.read_text(encoding="utf-8")
+        for statement in resources.split_statements(text) if citus else [text]:
+            conn.execute(statement)
+    conn.execute("SELECT agentdb_private.load_claim_patterns(%s::jsonb)", (resources.claim_patterns_text(),))
+    conn.execute("INSERT INTO agentdb_private.install_log (sql_sha256) VALUES (%s)",
+                 (resources.sql_checksum(),))
+
+
 def upgrade(dsn: str, revision: str = "head", *, force_sql: bool = False, repair: bool = False) -> None:
     """Upgrade to `revision`, then re-apply sql/ if it changed (or `force_sql`). `repair` also
     runs the idempotent repair revisions again (for a database at head whose tables are not
@@ -58,4 +72,5 @@ def offline_sql(revision: str = "head") -> str:
     return out.getvalue()
 
 
-__all__ = ["MigrationContext", "current_revision", "downgrade", "head_revision", "offline_sql", "upgrade"]
+__all__ = ["MigrationContext", "apply_sql", "current_revision", "downgrade", "head_revision", "offline_sql",
+           "upgrade"]

@@ -39,6 +39,13 @@ def claim_patterns_text() -> str:
     return text
 
 
+def split_statements(text: str) -> list[str]:
+    """The statements of an SQL file, split by PostgreSQL's own parser (pglast)."""
+    import pglast
+
+    return list(pglast.split(text))
+
+
 def sql_checksum() -> str:
     """One hash over every sql/ file, to tell whether a re-apply would change anything."""
     digest = hashlib.sha256()

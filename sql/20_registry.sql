@@ -181,7 +181,8 @@ BEGIN
         conflict_check = excluded.conflict_check, risk = excluded.risk,
         version_column = excluded.version_column, needs_confirm = excluded.needs_confirm,
         max_rows = excluded.max_rows, confirm_ttl = excluded.confirm_ttl, backs = excluded.backs,
-        updated_at = now();
+        -- excluded.created_at is now(): Citus takes no STABLE function in DO UPDATE SET.
+        updated_at = excluded.created_at;
 
     -- Watch the target (sql/63_watch.sql): its change log names rows by the
     -- primary key, or by the tool's key when the table has none.

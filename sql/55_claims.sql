@@ -148,7 +148,8 @@ BEGIN
 
     INSERT INTO agentdb_private.claim_rules AS r (id, doc, fingerprint)
     VALUES (1, p_doc, encode(sha256(convert_to(p_doc::text, 'UTF8')), 'hex'))
-    ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, fingerprint = excluded.fingerprint, loaded_at = now()
+    -- excluded.loaded_at is now(): Citus takes no STABLE function in DO UPDATE SET.
+    ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, fingerprint = excluded.fingerprint, loaded_at = excluded.loaded_at
     WHERE r.doc IS DISTINCT FROM excluded.doc OR r.fingerprint IS DISTINCT FROM excluded.fingerprint;
 
     -- Compiled per language: all exclusions in one alternation, and per kind one

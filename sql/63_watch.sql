@@ -318,6 +318,7 @@ DECLARE
     v_schema text;
     v_target regclass;
     v_args text;
+    v_trigger text;
 BEGIN
     SELECT c.relkind, n.nspname INTO v_kind, v_schema
       FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
@@ -359,9 +360,11 @@ BEGIN
                        || 'FOR EACH STATEMENT EXECUTE FUNCTION agentdb_private.watch_log(%s)', v_target, v_args);
         EXECUTE format('CREATE OR REPLACE TRIGGER agentdb_watch_trunc AFTER TRUNCATE ON %s '
                        || 'FOR EACH STATEMENT EXECUTE FUNCTION agentdb_private.watch_log(%s)', v_target, v_args);
-        EXECUTE format('ALTER TABLE %s ENABLE TRIGGER agentdb_watch_guard, ENABLE TRIGGER agentdb_watch_ins, '
-                       || 'ENABLE TRIGGER agentdb_watch_upd, ENABLE TRIGGER agentdb_watch_del, '
-                       || 'ENABLE TRIGGER agentdb_watch_trunc', v_target);
+        -- One trigger per ALTER TABLE: Citus refuses ENABLE TRIGGER among other subcommands.
+        FOREACH v_trigger IN ARRAY ARRAY['agentdb_watch_guard', 'agentdb_watch_ins', 'agentdb_watch_upd',
+                                         'agentdb_watch_del', 'agentdb_watch_trunc'] LOOP
+            EXECUTE format('ALTER TABLE %s ENABLE TRIGGER %I', v_target, v_trigger);
+        END LOOP;
     END LOOP;
 
     INSERT INTO agentdb_private.watched AS w (table_oid, table_name, key_columns)

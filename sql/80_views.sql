@@ -43,6 +43,24 @@ AS $$
       FROM cols
 $$;
 
+-- The same by tool name. On Citus a view over the tools table that called a
+-- function taking the table's row type would depend on itself through that
+-- type ("circular dependencies"), and a query pushed to a shard hands the
+-- function the shard's row type instead: the row is read into a variable first.
+CREATE OR REPLACE FUNCTION agentdb_private.args_schema(p_name text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_tool agentdb_private.tools;
+BEGIN
+    SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = p_name;
+    RETURN CASE WHEN v_tool.name IS NOT NULL THEN agentdb_private.args_schema(v_tool) END;
+END
+$$;
+
 CREATE OR REPLACE VIEW agentdb.tools AS
 SELECT
     t.name,
@@ -65,7 +83,7 @@ SELECT
     t.version_column,
     t.needs_confirm OR t.risk = 'irreversible' AS needs_confirm,
     t.max_rows,
-    agentdb_private.args_schema(t) AS args_schema,
+    agentdb_private.args_schema(t.name) AS args_schema,
     t.created_at,
     t.updated_at,
     -- New columns go last: CREATE OR REPLACE VIEW can only append.
@@ -104,7 +122,7 @@ SELECT
     count(s.id) FILTER (WHERE NOT (s.outcome = 'success' AND s.verified)) AS failed_steps
 FROM agentdb_private.tasks AS t
 LEFT JOIN agentdb_private.steps AS s ON t.id = s.task_id
-GROUP BY t.id;
+GROUP BY t.user_id, t.id;
 
 CREATE OR REPLACE VIEW agentdb.v_steps AS
 SELECT

@@ -11,7 +11,7 @@ REVOKE CREATE ON SCHEMA agentdb FROM PUBLIC;
 GRANT USAGE ON SCHEMA agentdb TO agentdb_app, agentdb_agent, agentdb_auditor;
 
 -- Called by the agentdb.tools view with the reader's rights.
-GRANT EXECUTE ON FUNCTION agentdb_private.args_schema(agentdb_private.tools)
+GRANT EXECUTE ON FUNCTION agentdb_private.args_schema(agentdb_private.tools), agentdb_private.args_schema(text)
 TO agentdb_app, agentdb_agent, agentdb_auditor;
 
 -- The trusted runtime: opens and settles tasks, manages permissions.

@@ -1,0 +1,441 @@
+"""Turn an installed agentdb schema into a distributed one on a Citus coordinator.
+
+`pyagentdb distribute --dsn <coordinator>` (see docs/scaling.md):
+
+1. refuses anything that is not a Citus coordinator with workers and the agentdb schema at
+   head, not yet distributed, and a schema whose keys and entry points cannot be distributed
+   (each reason listed: `readiness()` reads them from the catalogue);
+2. distributes the tenant tables by `user_id`, co-located with `agentdb_private.tasks`, the
+   user's own business tables (``--table public.reminders:user_id``) with them, and makes the
+   registry, messages and claim patterns reference tables (a copy on every node);
+3. re-applies sql/ and the claim patterns (on Citus statement by statement, see
+   install.apply_sql), so that every function, view and trigger exists on every node;
+4. distributes every entry point that takes ``user_id`` by that argument, so that a call in
+   autocommit is delegated to the worker holding that user's shard.
+
+Nothing here decides an outcome: it only places tables and functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import sql
+
+from . import install
+
+TENANT = "user_id"
+ROOT = "agentdb_private.tasks"
+# Rows that belong to one user: distributed by user_id, co-located with the tasks.
+TENANT_TABLES = ("tasks", "steps", "audit", "claims", "replies", "drafts", "actions", "permissions",
+                 "approvers", "change_log")
+# Small tables every call reads: one copy on every node.
+REFERENCE_TABLES = ("tools", "messages", "claim_rules", "claim_langs", "sql_tables")
+# Stay on the coordinator only (installer's bookkeeping, exam snapshots, the watch registry).
+LOCAL_TABLES = ("install_log", "watched", "snapshots", "snapshot_tables", "snapshot_rows")
+
+
+class DistributeError(RuntimeError):
+    """The database cannot be distributed as asked; the message says why and what to do."""
+
+    def __init__(self, message: str, problems: Iterable[str] = ()):
+        self.problems = list(problems)
+        super().__init__(message + "".join(f"\n  - {p}" for p in self.problems))
+
+
+@dataclass
+class Result:
+    citus_version: str
+    workers: int
+    distributed: list[str] = field(default_factory=list)
+    reference: list[str] = field(default_factory=list)
+    business: list[str] = field(default_factory=list)
+    functions: list[str] = field(default_factory=list)
+    prepared: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _q(table: str) -> str:
+    return f"agentdb_private.{table}"
+
+
+def cluster(conn) -> dict:
+    """What the server is: Citus or not, coordinator or worker, how many workers, schema state."""
+    found = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'citus'").fetchone()
+    info = {"citus": found[0] if found else None, "coordinator": None, "workers": 0,
+            "revision": install.current_revision(conn), "head": install.head_revision(),
+            "distributed": False}
+    if not found:
+        return info
+    info["coordinator"] = conn.execute("SELECT citus_is_coordinator()").fetchone()[0]
+    info["workers"] = conn.execute(
+        "SELECT count(*) FROM pg_dist_node WHERE noderole = 'primary' AND groupid <> 0 AND isactive"
+    ).fetchone()[0]
+    info["version"] = conn.execute("SELECT citus_version()").fetchone()[0]
+    if info["revision"]:
+        info["distributed"] = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass(%s))",
+            (ROOT,)).fetchone()[0]
+    return info
+
+
+_ALREADY = "the agentdb schema is already distributed in this database"
+
+
+def refusal(info: dict) -> str | None:
+    """Why this server cannot be distributed at all (before the schema is looked at), or None."""
+    if not info["citus"]:
+        return ("this server has no Citus extension: distribute runs on a Citus coordinator "
+                "(CREATE EXTENSION citus there, add the workers, then run this again)")
+    if not info["coordinator"]:
+        return "this is a Citus worker, not the coordinator: point --dsn at the coordinator"
+    if info["workers"] == 0:
+        return ("the coordinator has no active workers: add them first "
+                "(SELECT citus_add_node('host', port))")
+    if info["revision"] is None:
+        return "the agentdb schema is not installed in this database: run pyagentdb install first"
+    if info["revision"] != info["head"]:
+        return (f"the agentdb schema is at revision {info['revision']}, this package's head is "
+                f"{info['head']}: run pyagentdb install first")
+    if info["distributed"]:
+        return _ALREADY
+    return None
+
+
+# The readiness checks read the catalogue, so they follow the schema as it changes.
+_COLUMNS_SQL = """
+SELECT c.relname, a.attname IS NOT NULL, coalesce(a.attnotnull, false)
+  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+  LEFT JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attname = %(tenant)s AND NOT a.attisdropped
+ WHERE n.nspname = 'agentdb_private' AND c.relname = ANY (%(tables)s)
+"""
+_UNIQUE_SQL = """
+SELECT c.relname, i.indexrelid::regclass::text
+  FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indrelid
+  JOIN pg_namespace AS n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'agentdb_private' AND c.relname = ANY (%(tables)s) AND i.indisunique
+   AND NOT EXISTS (SELECT 1 FROM pg_attribute AS a
+                    WHERE a.attrelid = c.oid AND a.attname = %(tenant)s AND a.attnum = ANY (i.indkey))
+ ORDER BY 1, 2
+"""
+_FOREIGN_SQL = """
+SELECT c.relname, k.conname, f.relname
+  FROM pg_constraint AS k JOIN pg_class AS c ON c.oid = k.conrelid
+  JOIN pg_namespace AS n ON n.oid = c.relnamespace JOIN pg_class AS f ON f.oid = k.confrelid
+ WHERE k.contype = 'f' AND n.nspname = 'agentdb_private' AND c.relname = ANY (%(tables)s)
+   AND (f.relname = ANY (%(tables)s) AND NOT EXISTS (
+            SELECT 1 FROM unnest(k.conkey, k.confkey) AS p (mine, theirs)
+              JOIN pg_attribute AS a ON a.attrelid = k.conrelid AND a.attnum = p.mine
+              JOIN pg_attribute AS b ON b.attrelid = k.confrelid AND b.attnum = p.theirs
+             WHERE a.attname = %(tenant)s AND b.attname = %(tenant)s)
+        OR NOT (f.relname = ANY (%(tables)s) OR f.relname = ANY (%(reference)s)))
+ ORDER BY 1, 2
+"""
+# Entry points routed by a task (or an action) that have no form taking the tenant first.
+_ROUTING_SQL = """
+SELECT p.oid::regprocedure::text
+  FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+ WHERE n.nspname = 'agentdb'
+   AND (has_function_privilege('agentdb_agent', p.oid, 'EXECUTE')
+        OR has_function_privilege('agentdb_app', p.oid, 'EXECUTE'))
+   AND NOT %(tenant)s = ANY (coalesce(p.proargnames, '{}'))
+   AND ('task' = ANY (coalesce(p.proargnames, '{}')) OR 'action' = ANY (coalesce(p.proargnames, '{}')))
+   AND NOT EXISTS (SELECT 1 FROM pg_proc AS q
+                    WHERE q.pronamespace = p.pronamespace AND q.proname = p.proname
+                      AND q.proargnames[1] = %(tenant)s)
+ ORDER BY 1
+"""
+
+
+def readiness(conn) -> list[str]:
+    """What in the installed schema cannot be distributed by user_id, one sentence each.
+    Empty when the schema is ready. Needs no Citus: it reads the catalogue only."""
+    params = {"tenant": TENANT, "tables": list(TENANT_TABLES), "reference": list(REFERENCE_TABLES)}
+    problems: list[str] = []
+    for table, has, not_null in conn.execute(_COLUMNS_SQL, params).fetchall():
+        if not has:
+            problems.append(f"{_q(table)} has no {TENANT} column (every tenant row needs its user)")
+        elif not not_null:
+            problems.append(f"{_q(table)}.{TENANT} may be NULL "
+                            "(Citus refuses NULL in the distribution column)")
+    for table, index in conn.execute(_UNIQUE_SQL, params).fetchall():
+        problems.append(f"unique index {index} on {_q(table)} does not include {TENANT}")
+    for table, name, other in conn.execute(_FOREIGN_SQL, params).fetchall():
+        problems.append(f"foreign key {name} from {_q(table)} to {_q(other)} does not pair {TENANT}")
+    heads = conn.execute("SELECT to_regclass('agentdb_private.chain_heads') IS NOT NULL").fetchone()[0]
+    if heads and not conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_attribute"
+            " WHERE attrelid = 'agentdb_private.chain_heads'::regclass"
+            " AND attname = %s AND NOT attisdropped)", (TENANT,)).fetchone()[0]:
+        problems.append("the hash chains append to global stripes (agentdb_private.chain_heads): "
+                        "on Citus every call would lock and update a row copied to every node; "
+                        "they must be chained per user")
+    for signature in conn.execute(_ROUTING_SQL, params).fetchall():
+        problems.append(f"{signature[0]} has no form taking {TENANT} first, so it cannot be "
+                        "delegated to the worker that holds the user")
+    return problems
+
+
+# Experimental (--prepare-keys): the key changes a migration is asked to make (see
+# docs/scaling.md), applied here so the layout can be tried before it lands. Each entry:
+# (what, SQL telling whether it is still needed, the DDL).
+_PREPARE = [
+    ("steps.user_id", "SELECT NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = "
+     "'agentdb_private.steps'::regclass AND attname = 'user_id' AND NOT attisdropped)", """
+        ALTER TABLE agentdb_private.steps ADD COLUMN user_id text;
+        ALTER TABLE agentdb_private.steps DISABLE TRIGGER steps_append_only;
+        UPDATE agentdb_private.steps AS s SET user_id = t.user_id FROM agentdb_private.tasks AS t
+         WHERE t.id = s.task_id;
+        ALTER TABLE agentdb_private.steps ENABLE TRIGGER steps_append_only;
+        ALTER TABLE agentdb_private.steps ALTER COLUMN user_id SET NOT NULL"""),
+    ("claims.user_id", "SELECT NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = "
+     "'agentdb_private.claims'::regclass AND attname = 'user_id' AND NOT attisdropped)", """
+        ALTER TABLE agentdb_private.claims ADD COLUMN user_id text;
+        UPDATE agentdb_private.claims AS c SET user_id = t.user_id FROM agentdb_private.tasks AS t
+         WHERE t.id = c.task_id;
+        ALTER TABLE agentdb_private.claims ALTER COLUMN user_id SET NOT NULL"""),
+    ("audit.user_id not null", "SELECT attnotnull IS FALSE FROM pg_attribute WHERE attrelid = "
+     "'agentdb_private.audit'::regclass AND attname = 'user_id'", """
+        ALTER TABLE agentdb_private.audit DISABLE TRIGGER audit_append_only;
+        UPDATE agentdb_private.audit SET user_id = '' WHERE user_id IS NULL;
+        ALTER TABLE agentdb_private.audit ENABLE TRIGGER audit_append_only;
+        ALTER TABLE agentdb_private.audit ALTER COLUMN user_id SET NOT NULL"""),
+    ("change_log.user_id", "SELECT NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = "
+     "'agentdb_private.change_log'::regclass AND attname = 'user_id' AND NOT attisdropped)", """
+        ALTER TABLE agentdb_private.change_log ADD COLUMN user_id text NOT NULL DEFAULT ''"""),
+]
+_KEYS = {  # table: (old key constraint or index, new definition)
+    "tasks": [("tasks_pkey", "PRIMARY KEY (user_id, id)")],
+    "steps": [("steps_pkey", "PRIMARY KEY (user_id, id)"),
+              ("steps_seq_key", "CONSTRAINT steps_seq_key UNIQUE (user_id, task_id, seq)"),
+              ("steps_call_key", "INDEX (user_id, task_id, call_id) WHERE call_id IS NOT NULL")],
+    "audit": [("audit_pkey", "PRIMARY KEY (user_id, id)"),
+              ("audit_chain_key", "INDEX (user_id, chain_stripe, chain_seq)")],
+    "claims": [("claims_pkey", "PRIMARY KEY (user_id, id)")],
+    "replies": [("replies_pkey", "PRIMARY KEY (user_id, task_id)")],
+    "drafts": [("drafts_pkey", "PRIMARY KEY (user_id, id)")],
+    "actions": [("actions_pkey", "PRIMARY KEY (user_id, id)")],
+    "permissions": [("permissions_pkey", "PRIMARY KEY (user_id, id)")],
+    "change_log": [("change_log_pkey", "PRIMARY KEY (user_id, id)"),
+                   ("change_log_chain_key", "INDEX (user_id, chain_stripe, chain_seq)")],
+}
+
+
+def _prepare_keys(conn) -> list[str]:
+    done: list[str] = []
+    for what, needed, ddl in _PREPARE:
+        if conn.execute(needed).fetchone()[0]:
+            for stmt in ddl.split(";"):
+                conn.execute(stmt)
+            done.append(what)
+    # Foreign keys between tenant tables by id alone go (reconcile() checks the links from the data).
+    params = {"tenant": TENANT, "tables": list(TENANT_TABLES), "reference": list(REFERENCE_TABLES)}
+    for table, name, _other in conn.execute(_FOREIGN_SQL, params).fetchall():
+        conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
+            sql.Identifier("agentdb_private", table), sql.Identifier(name)))
+        done.append(f"dropped {name}")
+    for table, keys in _KEYS.items():
+        for name, definition in keys:
+            row = conn.execute(
+                "SELECT i.indisunique, k.conname IS NOT NULL, NOT EXISTS (SELECT 1 FROM pg_attribute AS a"
+                " WHERE a.attrelid = i.indrelid AND a.attname = %s AND a.attnum = ANY (i.indkey))"
+                "  FROM pg_index AS i LEFT JOIN pg_constraint AS k ON k.conindid = i.indexrelid"
+                " WHERE i.indexrelid = to_regclass(%s)", (TENANT, _q(name))).fetchone()
+            if not row or not row[2]:
+                continue
+            target = sql.Identifier("agentdb_private", table)
+            if row[1]:
+                conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
+                    target, sql.Identifier(name)))
+            else:
+                conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier("agentdb_private", name)))
+            if definition.startswith("INDEX "):
+                conn.execute(sql.SQL("CREATE UNIQUE INDEX {} ON {} ").format(sql.Identifier(name), target)
+                             + sql.SQL(definition[len("INDEX "):]))
+            else:
+                conn.execute(sql.SQL("ALTER TABLE {} ADD ").format(target) + sql.SQL(definition))
+            done.append(f"{name} with {TENANT}")
+    return done
+
+
+def _views(conn) -> list[str]:
+    return [r[0] for r in conn.execute(
+        "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class AS c"
+        "  JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+        " WHERE n.nspname IN ('agentdb', 'agentdb_private') AND c.relkind = 'v'").fetchall()]
+
+
+def parse_table(spec: str) -> tuple[str, str]:
+    """'public.reminders:user_id' -> ('public.reminders', 'user_id'); the column defaults to user_id."""
+    table, _, column = spec.partition(":")
+    if not table.strip():
+        raise DistributeError(f"--table {spec!r}: name a table, e.g. public.reminders:user_id")
+    return table.strip(), (column.strip() or TENANT)
+
+
+def check_business_table(conn, table: str, column: str) -> list[str]:
+    """Why a user's table cannot be distributed by `column` with the tenants, or []."""
+    oid = conn.execute("SELECT to_regclass(%s)::oid", (table,)).fetchone()[0]
+    if oid is None:
+        return [f"there is no table {table}"]
+    problems = []
+    has = conn.execute("SELECT attnotnull FROM pg_attribute WHERE attrelid = %s AND attname = %s"
+                       " AND NOT attisdropped", (oid, column)).fetchone()
+    if has is None:
+        return [f"{table} has no column {column}"]
+    if not has[0]:
+        problems.append(f"{table}.{column} may be NULL (Citus refuses NULL in the distribution column)")
+    for (index,) in conn.execute(
+            "SELECT format('%%I.%%I', n.nspname, c.relname) FROM pg_index AS i"
+            "  JOIN pg_class AS c ON c.oid = i.indexrelid JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+            " WHERE i.indrelid = %s AND i.indisunique"
+            " AND NOT EXISTS (SELECT 1 FROM pg_attribute AS a WHERE a.attrelid = i.indrelid"
+            " AND a.attname = %s AND a.attnum = ANY (i.indkey)) ORDER BY 1", (oid, column)).fetchall():
+        problems.append(f"unique index {index} on {table} does not include {column}: "
+                        f"make it ({column}, ...) so each user's rows can live on one shard")
+    # Citus copies a table's triggers to its shards, except those that fire on TRUNCATE, and
+    # copies their arguments as written (an oid names another table on another node).
+    for (name,) in conn.execute(
+            "SELECT g.tgname FROM pg_trigger AS g"
+            " WHERE g.tgrelid = %s AND NOT g.tgisinternal AND g.tgtype & 32 <> 0 ORDER BY 1",
+            (oid,)).fetchall():
+        problems.append(f"trigger {name} on {table} fires on TRUNCATE: Citus does not copy such a trigger "
+                        "to the shards, so it would not fire there")
+    for (name,) in conn.execute(
+            "SELECT g.tgname FROM pg_trigger AS g WHERE g.tgrelid = %s AND NOT g.tgisinternal"
+            " AND g.tgnargs > 0 AND split_part(encode(g.tgargs, 'escape'), '\\000', 1) = %s::text"
+            " ORDER BY 1", (oid, oid)).fetchall():
+        problems.append(f"trigger {name} on {table} passes the table's oid as an argument: "
+                        "on a worker that oid names another table")
+    owners = conn.execute(
+        "SELECT string_agg(DISTINCT coalesce(t.owner_column, '(none)'), ', ') FROM agentdb_private.tools AS t"
+        " WHERE t.target = %s AND t.owner_column IS DISTINCT FROM %s", (oid, column)).fetchone()[0]
+    if owners:
+        problems.append(f"tools on {table} take their owner from {owners}, not {column}: "
+                        "a call would not stay on the user's shard")
+    return problems
+
+
+def _undistributed_targets(conn, business: list[tuple[str, str]]) -> list[str]:
+    given = {conn.execute("SELECT to_regclass(%s)::oid", (t,)).fetchone()[0] for t, _ in business}
+    return [f"tool {name} writes {target}, which is neither given with --table nor distributed"
+            for name, target, oid in conn.execute(
+                "SELECT t.name, t.target::text, t.target::oid FROM agentdb_private.tools AS t"
+                " WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition AS p WHERE p.logicalrelid = t.target)"
+                " ORDER BY 1").fetchall()
+            if oid not in given]
+
+
+def distribute_table(conn, table: str, column: str = TENANT) -> None:
+    """Distribute one business table by its owner column, co-located with the tenants' rows."""
+    problems = check_business_table(conn, table, column)
+    if problems:
+        raise DistributeError(f"cannot distribute {table} by {column}:", problems)
+    conn.execute("SET LOCAL citus.enable_unsafe_triggers TO on")  # the watch triggers
+    conn.execute("SELECT create_distributed_table(%s, %s, colocate_with => %s)", (table, column, ROOT))
+
+
+def distribute(dsn: str, tables: Iterable[str] = (), *, prepare_keys: bool = False, force: bool = False,
+               progress: Callable[[str], None] | None = None) -> Result:
+    """Distribute the installed schema (and the given business tables) on the coordinator at `dsn`.
+    One transaction: it raises DistributeError (or the database's error), changing nothing,
+    when it cannot."""
+    say = progress or (lambda _msg: None)
+    business = [parse_table(t) for t in tables]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        info = cluster(conn)
+        reason = refusal(info)
+        if info["distributed"] and business and reason == _ALREADY:
+            # A business table created after the schema was distributed.
+            result = Result(citus_version=info["version"], workers=info["workers"])
+            with conn.transaction():
+                for table, column in business:
+                    say(f"distributing {table} by {column}")
+                    distribute_table(conn, table, column)
+                    result.business.append(f"{table}:{column}")
+            return result
+        if reason:
+            raise DistributeError(f"pyagentdb distribute: {reason}")
+        result = Result(citus_version=info["version"], workers=info["workers"])
+        with conn.transaction():
+            conn.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
+            conn.execute("SET LOCAL citus.enable_unsafe_triggers TO on")
+            # Views are re-created from sql/ below: Citus refuses to distribute a table while a
+            # view over it calls a function on its row type, and a view may use the old keys.
+            for view in _views(conn):
+                conn.execute(sql.SQL("DROP VIEW IF EXISTS {} CASCADE").format(sql.SQL(view)))
+            if prepare_keys:
+                say("preparing tenant keys (experimental)")
+                result.prepared = _prepare_keys(conn)
+            problems = readiness(conn)
+            problems += [p for t, c in business for p in check_business_table(conn, t, c)]
+            problems += _undistributed_targets(conn, business)
+            if problems and not force:
+                raise DistributeError(
+                    "pyagentdb distribute: this schema cannot be distributed yet (nothing was changed):",
+                    problems)
+            # Order: the tasks fix the colocation; the business tables must exist on the workers
+            # before the registry (whose regclass values name them) is copied there; the
+            # permissions' foreign key to the registry needs the registry on every node first.
+            # Foreign keys from tenant tables to the registry (permissions.tool) wait until the
+            # registry is a reference table: with them, Citus would first turn the tenant table
+            # into a "Citus local" one, which it cannot convert again (identity columns).
+            to_reference = conn.execute(
+                "SELECT k.conrelid::regclass::text, k.conname, pg_get_constraintdef(k.oid)"
+                "  FROM pg_constraint AS k WHERE k.contype = 'f'"
+                "   AND k.confrelid = ANY (%s::regclass[]) AND k.conrelid = ANY (%s::regclass[])",
+                ([_q(t) for t in REFERENCE_TABLES], [_q(t) for t in TENANT_TABLES])).fetchall()
+            for table, name, _definition in to_reference:
+                conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
+                    sql.SQL(table), sql.Identifier(name)))
+            say(f"distributing {len(TENANT_TABLES)} tenant tables by {TENANT}")
+            conn.execute("SELECT create_distributed_table(%s, %s)", (ROOT, TENANT))
+            for table in TENANT_TABLES[1:]:
+                conn.execute("SELECT create_distributed_table(%s, %s, colocate_with => %s)",
+                             (_q(table), TENANT, ROOT))
+            result.distributed = [_q(t) for t in TENANT_TABLES]
+            for table, column in business:
+                say(f"distributing {table} by {column}")
+                distribute_table(conn, table, column)
+                result.business.append(f"{table}:{column}")
+            for table in REFERENCE_TABLES:
+                conn.execute("SELECT create_reference_table(%s)", (_q(table),))
+            result.reference = [_q(t) for t in REFERENCE_TABLES]
+            for table, name, definition in to_reference:
+                conn.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} ").format(
+                    sql.SQL(table), sql.Identifier(name)) + sql.SQL(definition))
+            # Every later session (an upgrade re-creates the triggers on the shards); Citus
+            # propagates the setting to the workers.
+            conn.execute(sql.SQL("ALTER DATABASE {} SET citus.enable_unsafe_triggers = on").format(
+                sql.Identifier(conn.info.dbname)))
+            say("re-applying sql/ on every node")
+            install.apply_sql(conn)
+            for (signature,) in conn.execute(
+                    "SELECT p.oid::regprocedure::text FROM pg_proc AS p"
+                    "  JOIN pg_namespace AS n ON n.oid = p.pronamespace"
+                    " WHERE n.nspname = 'agentdb' AND %s = ANY (coalesce(p.proargnames, '{}'))"
+                    "   AND (has_function_privilege('agentdb_agent', p.oid, 'EXECUTE')"
+                    "        OR has_function_privilege('agentdb_app', p.oid, 'EXECUTE'))"
+                    " ORDER BY 1", (TENANT,)).fetchall():
+                conn.execute("SELECT create_distributed_function(%s, %s, colocate_with => %s)",
+                             (signature, TENANT, ROOT))
+                result.functions.append(signature)
+        say(f"{len(result.functions)} entry points delegated by {TENANT}")
+    return result
+
+
+def layout(conn, schema: str = "agentdb_private") -> dict[str, dict]:
+    """How each table of a schema is placed: Citus kind, distribution column, colocation, or local."""
+    rows = conn.execute(
+        "SELECT format('%%I.%%I', n.nspname, c.relname), t.citus_table_type, t.distribution_column,"
+        "       t.colocation_id"
+        "  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+        "  LEFT JOIN citus_tables AS t ON t.table_name = c.oid::regclass"
+        " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY 1", (schema,)).fetchall()
+    return {name: {"kind": kind or "local", "column": None if column in (None, "<none>") else column,
+                   "colocation": colocation}
+            for name, kind, column, colocation in rows}
