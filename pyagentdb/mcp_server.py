@@ -24,22 +24,36 @@ and their text still says NOT DONE).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
-
-import anyio
-import mcp_types as types
-from mcp.server.lowlevel import Server
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .client import Client
 from .schemas import ExposedTool, dispatch, exposed_tools, find_tool, receipt_json, render_result
+
+if TYPE_CHECKING:
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+
+MISSING_SDK = "the MCP SDK is not installed: pip install 'pyagentdb[mcp]' (or: pip install 'mcp>=2.3')"
+
+
+def _sdk():
+    """mcp_types, imported when a server is built (the SDK is the optional extra [mcp], and
+    importing it takes a while, so the CLI checks the database first)."""
+    try:
+        import mcp_types
+    except ImportError as exc:
+        raise ImportError(MISSING_SDK) from exc
+    return mcp_types
+
+# Seconds to wait for the database: at start-up (a server that cannot reach it says so at once,
+# not after the pool's 30 s) and for each new connection of the pool.
+CONNECT_TIMEOUT = 2
 
 INSTRUCTIONS = (
     "Every tool here writes through PostgreSQL: the database performs the change, reads it back and "
@@ -116,11 +130,12 @@ class Runtime:
 
 
 def mcp_tool(tool: ExposedTool) -> types.Tool:
-    return types.Tool.model_validate(tool.as_mcp(), by_alias=True)
+    return _sdk().Tool.model_validate(tool.as_mcp(), by_alias=True)
 
 
 def call_result(receipt: dict, lang: str = "en") -> types.CallToolResult:
     text, is_error = render_result(receipt, lang)
+    types = _sdk()
     return types.CallToolResult(
         content=[types.TextContent(text=text), types.TextContent(text=receipt_json(receipt))],
         structured_content=receipt,
@@ -135,6 +150,7 @@ def failure_result(exc: BaseException, lang: str = "en") -> types.CallToolResult
                "detail": "The call could not be completed; whether anything was written is unknown. "
                          "Do not say it is done.", "error": message[:500]}
     text, _ = render_result(receipt, lang)
+    types = _sdk()
     return types.CallToolResult(
         content=[types.TextContent(text=text), types.TextContent(text=receipt_json(receipt))],
         structured_content=receipt, is_error=True)
@@ -142,6 +158,10 @@ def failure_result(exc: BaseException, lang: str = "en") -> types.CallToolResult
 
 def build_server(runtime: Runtime) -> Server:
     """The low-level MCP server: tools/list from the registry, tools/call through the runtime."""
+    import anyio
+    from mcp.server.lowlevel import Server
+
+    types = _sdk()
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         tools = await anyio.to_thread.run_sync(runtime.tools)
@@ -161,26 +181,12 @@ def build_server(runtime: Runtime) -> Server:
                   on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-@contextlib.contextmanager
-def stdout_to_stderr() -> Iterator[None]:
-    """Keep stdout (the MCP wire) clean while something else may print, e.g. a server starting."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def open_pool(dsn: str):
     from psycopg_pool import ConnectionPool
 
-    return ConnectionPool(dsn, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True,
-                          name="pyagentdb-mcp")
+    return ConnectionPool(dsn, min_size=1, max_size=4, open=True, name="pyagentdb-mcp",
+                          kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT},
+                          timeout=5 * CONNECT_TIMEOUT)  # a call waits this long for a connection
 
 
 def serve(dsn: str, identity: Identity, *, transport: str = "stdio", host: str = "127.0.0.1",
@@ -188,14 +194,20 @@ def serve(dsn: str, identity: Identity, *, transport: str = "stdio", host: str =
     """Run the server until the host disconnects (stdio) or the process is stopped (http)."""
     with open_pool(dsn) as pool:
         runtime = Runtime(pool, identity, host_shows_results=host_shows_results)
-        runtime.tools()  # fail now, clearly, if the schema is missing or a name clashes
+        tools = runtime.tools()  # fail now, clearly, if the schema is missing or a name clashes
         server = build_server(runtime)
         if transport == "stdio":
+            import anyio
+
             anyio.run(_serve_stdio, server)
         elif transport == "http":
             import uvicorn
 
             app = server.streamable_http_app(host=host)
+            login = "logged in" if identity.authenticated else "not logged in: writes refused"
+            who = f"{identity.user} ({login})"
+            print(f"pyagentdb mcp: {len(tools)} tool(s) for {who}, conversation {identity.conversation}, "
+                  f"on http://{host}:{port}/mcp (streamable HTTP); Ctrl-C stops", file=sys.stderr, flush=True)
             uvicorn.run(app, host=host, port=port, log_level="warning")
         else:
             raise ValueError(f"unknown transport {transport!r}")

@@ -197,3 +197,63 @@ SELECT
 FROM agentdb_private.steps AS s
 WHERE NOT (s.outcome = 'success' AND s.verified)
 GROUP BY s.tool, s.outcome, s.refusal;
+
+-- One row per task: what the agent did for a user, what the model said, what
+-- the user read, and the claims nothing backed. "What did the agent do for
+-- user X yesterday, and which of its claims were false?" is
+--   SELECT * FROM agentdb.v_turns
+--    WHERE user_id = 'X' AND created_at >= DATE 'yesterday' AND created_at < DATE 'today';
+-- answered through tasks (user_id, created_at), then per task steps (task_id,
+-- seq), replies (task_id), claims (task_id) and audit (task_id).
+CREATE OR REPLACE VIEW agentdb.v_turns AS
+SELECT
+    t.id AS task_id,
+    t.user_id,
+    t.conversation_id,
+    t.goal,
+    t.created_at,
+    t.finished_at,
+    t.status,
+    coalesce(s.steps, 0) AS steps,
+    coalesce(s.steps_ok, 0) AS steps_ok,
+    coalesce(s.steps_failed, 0) AS steps_failed,
+    s.tools,
+    a.model_said,
+    r.delivered_text AS user_read,
+    r.verdict,
+    a.book_state,
+    a.replaced_because,
+    c.claims,
+    coalesce(r.pending, '[]'::jsonb) AS pending_claims
+FROM agentdb_private.tasks AS t
+LEFT JOIN LATERAL (
+    SELECT
+        count(*) AS steps,
+        count(*) FILTER (WHERE st.outcome = 'success' AND st.verified) AS steps_ok,
+        count(*) FILTER (WHERE NOT (st.outcome = 'success' AND st.verified)) AS steps_failed,
+        array_agg(st.tool ORDER BY st.seq) AS tools
+    FROM agentdb_private.steps AS st
+    WHERE st.task_id = t.id
+) AS s ON true
+LEFT JOIN agentdb_private.replies AS r ON t.id = r.task_id
+LEFT JOIN LATERAL (
+    SELECT
+        au.payload ->> 'model_text' AS model_said,
+        au.payload ->> 'book_state' AS book_state,
+        au.payload ->> 'reason' AS replaced_because
+    FROM agentdb_private.audit AS au
+    WHERE au.task_id = t.id AND au.action = 'reply'
+    ORDER BY au.id DESC
+    LIMIT 1
+) AS a ON true
+LEFT JOIN LATERAL (
+    SELECT
+        jsonb_agg(
+            jsonb_build_object('kind', cl.kind, 'text', cl.claim_text, 'tool', cl.tool, 'source', cl.source)
+            ORDER BY cl.id
+        ) AS claims
+    FROM agentdb_private.claims AS cl
+    WHERE cl.task_id = t.id
+) AS c ON true;
+
+GRANT SELECT ON agentdb.v_turns TO agentdb_app, agentdb_auditor;

@@ -61,6 +61,30 @@ def test_uninstall_asks_for_yes(dsn):
     assert result.returncode == 2 and "--yes" in result.stderr
 
 
+def test_demo_refuses_a_database_that_holds_other_data(reminders, dsn):
+    """The demo registers tools, users and permissions: never where other data lives."""
+    tools = reminders.execute("SELECT count(*) FROM agentdb.tools").fetchone()[0]
+    result = run_cli("demo", "--dsn", dsn)
+    assert result.returncode == 2 and "holds other data" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert reminders.execute("SELECT count(*) FROM agentdb.tools").fetchone()[0] == tools
+    assert reminders.execute("SELECT to_regnamespace('pyagentdb_demo')").fetchone()[0] is None
+    as_json = run_cli("demo", "--dsn", dsn, "--json")
+    assert as_json.returncode == 2 and json.loads(as_json.stdout)["error"]["code"] == "database_not_empty"
+
+
+def test_demo_in_english_is_english_and_grants_only_its_tools(dsn):
+    result = run_cli("demo", "--dsn", dsn, "--no-color")
+    assert result.returncode == 0, result.stderr
+    cjk = [line for line in result.stdout.splitlines() if any("\u3000" <= ch <= "\u9fff" for ch in line)]
+    assert cjk == [], cjk
+    assert "Couldn't book a meeting: design review is already at that time" in result.stdout
+    with psycopg.connect(dsn) as conn:
+        grants = conn.execute("SELECT user_id, permission, tool FROM agentdb.permissions").fetchall()
+    assert grants and all(user.startswith("demo_") and tool and tool.startswith("demo_")
+                          for user, _, tool in grants), grants
+
+
 def test_demo_runs_twice_on_the_same_database(dsn):
     for _ in range(2):
         result = run_cli("demo", "--dsn", dsn, "--json")
@@ -82,6 +106,8 @@ def test_demo_runs_twice_on_the_same_database(dsn):
             assert scene["model_said"] == scene["user_reads"] or scene["verdict"] == "replace"
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM pyagentdb_demo.reminders").fetchone()[0] == 3
+        assert conn.execute("SELECT count(*) FROM agentdb.v_tasks WHERE user_id NOT LIKE 'demo%'"
+                            ).fetchone()[0] == 0
 
 
 def test_embedded_default_starts_and_reuses_its_data_dir(tmp_path):
@@ -117,3 +143,77 @@ def test_not_installed_database_gets_the_fix_command(db, dsn, capsys):
         assert "Traceback" not in err
     finally:
         db.execute("DROP DATABASE cli_empty WITH (FORCE)")
+
+
+def test_json_errors_are_json_on_stdout(tmp_path, dsn):
+    """--json: stdout carries one JSON document, errors too, with the exit code of the error."""
+    bad = run_cli("status", "--json", "--dsn", f"postgresql://nobody@/nodb?host={tmp_path}&connect_timeout=2")
+    assert bad.returncode == 1 and bad.stderr == ""
+    error = json.loads(bad.stdout)["error"]
+    assert error["code"] == "server_error" and error["message"].startswith("cannot connect")
+    usage = run_cli("status", "--json", "--no-such-flag")
+    assert usage.returncode == 2 and json.loads(usage.stdout)["error"]["code"] == "usage"
+    yes = run_cli("uninstall", "--json", "--dsn", dsn)
+    assert yes.returncode == 2 and json.loads(yes.stdout)["error"]["code"] == "confirmation_needed"
+    plain = run_cli("status", "--no-such-flag")
+    assert plain.returncode == 2 and plain.stdout == "" and plain.stderr.startswith("pyagentdb: ")
+
+
+def test_not_installed_under_json_names_the_fix(db, dsn):
+    db.execute("CREATE DATABASE cli_empty_json")
+    try:
+        empty = dsn.replace("dbname=agentdb_test", "dbname=cli_empty_json")
+        result = run_cli("worker", "--once", "--json", "--dsn", empty)
+        assert result.returncode == 1
+        error = json.loads(result.stdout)["error"]
+        assert error["code"] == "schema_not_installed"
+        assert error["fix"] == f"pyagentdb install --dsn '{empty}'"
+    finally:
+        db.execute("DROP DATABASE cli_empty_json WITH (FORCE)")
+
+
+def test_fix_hint_names_the_data_dir(tmp_path):
+    from argparse import Namespace
+
+    hint = cli.fix_command(Namespace(dsn=None, data_dir=str(tmp_path)))
+    assert hint == f"pyagentdb install --data-dir '{tmp_path}'"
+    assert cli.fix_command(Namespace(dsn="x", data_dir=None), "doctor") == "pyagentdb doctor --dsn 'x'"
+    assert cli.fix_command(Namespace(dsn=None, data_dir=None)) == "pyagentdb install"
+
+
+def test_worker_once_json_always_prints_its_result(dsn):
+    result = run_cli("worker", "--once", "--json", "--dsn", dsn)
+    assert result.returncode == 0, result.stderr
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [{"ran": 0}]
+
+
+def test_snapshot_and_diff_commands(reminders, dsn):
+    first = run_cli("snapshot", "public.reminders", "--dsn", dsn, "--json")
+    assert first.returncode == 0, first.stderr
+    before = json.loads(first.stdout)
+    assert before["tables"] == [{"table": "public.reminders", "mode": "log", "rows": 0}]
+    reminders.execute("INSERT INTO public.reminders (user_id, content, remind_at) VALUES ('u1', 'x', now())")
+    after = json.loads(run_cli("snapshot", "public.reminders", "--dsn", dsn, "--json").stdout)
+    diff = run_cli("diff", str(before["snapshot"]), str(after["snapshot"]), "--dsn", dsn)
+    assert diff.returncode == 0 and diff.stdout.startswith("public.reminders: 1 added, 0 removed, 0 changed")
+    as_json = json.loads(run_cli("diff", str(before["snapshot"]), str(after["snapshot"]), "--dsn", dsn,
+                                 "--json").stdout)
+    assert [row["content"] for row in as_json[0]["added"]] == ["x"]
+
+
+def test_progress_shows_only_for_long_work():
+    import io
+    import time
+
+    from pyagentdb import textui
+
+    quick, slow, quiet = io.StringIO(), io.StringIO(), io.StringIO()
+    with textui.progress("quick", stream=quick, after=5):
+        pass
+    with textui.progress("slow", stream=slow, after=0.05, log_every=0.05):
+        time.sleep(0.3)
+    with textui.progress("quiet", stream=quiet, enabled=False, after=0.01):
+        time.sleep(0.1)
+    assert quick.getvalue() == "" and quiet.getvalue() == ""
+    lines = slow.getvalue().splitlines()
+    assert lines[0] == "slow ..." and lines[-1].startswith("slow: done in ")

@@ -250,7 +250,7 @@ def test_streamable_http(courts, dsn):
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "pyagentdb", "mcp", "--dsn", dsn, *LOGGED_IN, "--transport", "http",
-         "--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         "--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -269,7 +269,10 @@ def test_streamable_http(courts, dsn):
         names, result = anyio.run(main)
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        _, err = proc.communicate(timeout=30)
+    started = [line for line in err.splitlines() if line.startswith("pyagentdb mcp:")]
+    assert len(started) == 1, err
+    assert f"http://127.0.0.1:{port}/mcp" in started[0] and "u1 (logged in)" in started[0], err
     assert "add_reminder" in names
     assert not result.is_error and result.structured_content["verified"] is True
     assert count(courts, "SELECT count(*) FROM reminders") == 1
@@ -295,3 +298,27 @@ def test_runs_as_a_login_role_in_agentdb_app_and_agentdb_agent(courts, dsn):
         assert shown == [(True,)]
     finally:
         courts.execute("DROP ROLE t_mcp_runtime")
+
+
+def test_an_unreachable_database_fails_at_once():
+    """A server that accepts TCP connections and never answers (a hung or firewalled database):
+    the MCP server gives up after CONNECT_TIMEOUT (2 s), not after the pool's 30 s, with a clear
+    error and nothing on stdout (the MCP wire). The bound below only catches the 30 s wait."""
+    from pyagentdb.mcp_server import CONNECT_TIMEOUT
+
+    assert CONNECT_TIMEOUT == 2
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    try:
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "pyagentdb", "mcp", "--dsn", f"postgresql://x@127.0.0.1:{port}/db",
+             "--user", "alice"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - started
+    finally:
+        listener.close()
+    assert done.returncode == 1 and done.stdout == ""
+    assert "cannot connect" in done.stderr and "timeout" in done.stderr, done.stderr
+    assert took < 25, f"{took:.1f} s: waited for the pool instead of failing after {CONNECT_TIMEOUT} s"

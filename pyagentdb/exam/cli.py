@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 def add_parser(sub, common: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -41,12 +40,18 @@ def add_parser(sub, common: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def _progress(quiet: bool):
     if quiet:
         return None
+    from .. import textui
     from .judge import LABELS
 
+    running: list = []
+
     def show(i, total, scenario, run, result):
-        if result is None:
-            return
         width = len(str(total))
+        if result is None:  # a run starts: its elapsed time shows if it takes over 2 s
+            running.append(textui.progress(f"[{i:>{width}}/{total}] {scenario.name} #{run}").__enter__())
+            return
+        if running:
+            running.pop().__exit__(None, None, None)
         mark = "ok  " if result.passed else "FAIL"
         print(f"[{i:>{width}}/{total}] {mark} {scenario.name} #{run}: {LABELS[result.cls]} "
               f"({result.seconds:.1f}s)", file=sys.stderr, flush=True)
@@ -56,16 +61,15 @@ def _progress(quiet: bool):
 
 def cmd_exam(args) -> int:
     from .. import server, textui
+    from ..cli import UsageError
     from . import agents, report, runner, scenario
 
     runs = args.runs if args.runs is not None else args.k
     if args.k < 1:
-        print("pyagentdb exam: -k must be at least 1", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError("-k must be at least 1", speaker="pyagentdb exam")
     if runs < args.k:
-        print(f"pyagentdb exam: --runs {runs} is fewer than k={args.k}: pass^k needs at least k runs",
-              file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(f"--runs {runs} is fewer than k={args.k}: pass^k needs at least k runs",
+                         speaker="pyagentdb exam")
     try:
         scenarios = scenario.collect(args.scenarios)
         agent = agents.load_agent(args.agent, base_url=args.base_url, model=args.model,
@@ -74,16 +78,14 @@ def cmd_exam(args) -> int:
         if isinstance(agent, agents.Transcript):
             agent.check_covers([s.name for s in scenarios])
     except (scenario.ScenarioError, agents.AgentError) as exc:
-        print(f"pyagentdb exam: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(exc), code="bad_input", speaker="pyagentdb exam") from exc
 
     target = server.resolve(args.dsn, args.data_dir)
     try:
         results = runner.run_exam(target.dsn, scenarios, agent, runs, keep=args.keep,
-                                  progress=_progress(args.quiet))
+                                  progress=_progress(args.quiet or args.json))
     except scenario.ScenarioError as exc:
-        print(f"pyagentdb exam: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(exc), code="bad_input", speaker="pyagentdb exam") from exc
 
     if args.junit:
         Path(args.junit).write_bytes(report.junit_xml(scenarios, results, args.k))
