@@ -28,13 +28,14 @@ import json
 import statistics
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from pyagentdb import examples, install, resources
-from pyagentdb.claims import detect_claims
+from pyagentdb.claims import read_reply
 
 WAYS = ("detected", "runtime", "declared")
 
@@ -79,7 +80,10 @@ def run(dsn: str, audit_rows: int, n: int) -> dict:
         examples.install_reminders(conn)
         conn.execute("SELECT agentdb.grant_permission('bench', 'WRITE')")
         total_audit = fill_audit(conn, audit_rows)
-        base = datetime(2030, 1, 1, tzinfo=UTC)
+        # The replies say "tomorrow at 8am": the reminders are written then, in the users' zone.
+        zone = ZoneInfo("Asia/Shanghai")
+        tomorrow = datetime.now(zone).date() + timedelta(days=1)
+        at_eight = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 8, tzinfo=zone).isoformat()
         fingerprint = conn.execute(
             "SELECT agentdb.claim_patterns_fingerprint(%s::jsonb)", (resources.claim_patterns_text(),)
         ).fetchone()[0]
@@ -97,12 +101,13 @@ def run(dsn: str, audit_rows: int, n: int) -> dict:
         for i in range(n):
             lang = "zh" if i % 2 else "en"
             task = conn.execute(
-                "SELECT agentdb.begin_task('bench', 'c-' || %s, 'remind', authenticated => true, lang => %s)",
+                "SELECT agentdb.begin_task('bench', 'c-' || %s, 'remind', authenticated => true, lang => %s,"
+                " time_zone => 'Asia/Shanghai')",
                 (i, lang),
             ).fetchone()[0]
             lie = i % 4 == 3
             if not lie:
-                args = {"content": f"bench {i}", "remind_at": (base + timedelta(minutes=i)).isoformat()}
+                args = {"content": f"bench {i} {tomorrow}", "remind_at": at_eight}
                 conn.execute("SELECT agentdb.invoke(%s, 'add_reminder', %s)", (task, Jsonb(args)))
             way = WAYS[(i // 2) % len(WAYS)]
             # Timed apart: the call inside an open transaction, then its COMMIT (the WAL flush).
@@ -111,8 +116,9 @@ def run(dsn: str, audit_rows: int, n: int) -> dict:
             if way == "declared":
                 claims = Jsonb([{"kind": "create"}])
             elif way == "runtime":
-                found = [c.as_dict() for c in detect_claims(REPLIES[lang])]
-                claims = Jsonb({"patterns": fingerprint, "claims": found})
+                reading = read_reply(REPLIES[lang])
+                sent = {k: reading[k] for k in ("claims", "clauses", "facts")}
+                claims = Jsonb({"patterns": fingerprint, **sent})
             else:
                 claims = None
             verdict = conn.execute(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -95,6 +96,40 @@ def _labels(lang: str) -> list[tuple[str, re.Pattern]]:
 def _question_sep() -> re.Pattern | None:
     sep = patterns().get("question_sep")
     return re.compile(sep) if sep else None
+
+
+@lru_cache(maxsize=1)
+def _normaliser():
+    spec = patterns().get("normalise")
+    if not spec:
+        return None
+    drop = {ord(c): None for c in spec["strip"]}
+    drop.update({ord(c): " " for c in spec["spaces"]})
+    hant = str.maketrans(spec["hant"], spec["hans"])
+    # Leftmost-longest, as regexp_replace in PostgreSQL.
+    rewrites = [(regex.compile(rx, flags=regex.POSIX | regex.VERSION0), repl) for rx, repl in spec["rewrite"]]
+    return drop, hant, rewrites
+
+
+_CJK = re.compile("[一-鿿]")
+
+
+def normalise(text: str | None) -> str | None:
+    """A reply as the exit gate reads it, exactly as agentdb_private.normalise_reply: Unicode
+    NFKC, invisible and format characters deleted, other spaces made spaces, traditional Chinese
+    forms made simplified (where the text holds Chinese), then the document's rewrites (markdown
+    emphasis, headings and bullets dropped, a colon before Chinese spaced, runs of spaces made
+    one). Claims found in the result have offsets into the result."""
+    found = _normaliser()
+    if not text or found is None:
+        return text
+    drop, hant, rewrites = found
+    out = unicodedata.normalize("NFKC", text).translate(drop)
+    if _CJK.search(out):
+        out = out.translate(hant)
+    for rx, repl in rewrites:
+        out = rx.sub(repl, out)
+    return out
 
 
 @lru_cache(maxsize=1)
@@ -196,3 +231,140 @@ def detect_claims(text: str | None, lang: str | None = None) -> list[Claim]:
             found.append(Claim("done", whole[:60], offset, offset + min(60, len(whole)), None))
             counts["done"] = counts.get("done", 0) + 1
     return sorted(found, key=lambda c: (c.start, c.end))
+
+
+MAX_REPLY = 100_000  # agentdb_private.max_reply(): the longest reply the gate reads
+
+
+def read_reply(text: str | None) -> dict:
+    """A reply as the exit gate reads it, exactly as agentdb.read_reply: the normalised text, its
+    claims (each with its class), its clauses and its facts (offsets into the normalised text)."""
+    norm = normalise(text[:MAX_REPLY]) if text else text
+    clauses = read_clauses(norm)
+    claims = []
+    for claim in detect_claims(norm):
+        end = next((c["end"] for c in clauses if c["start"] <= claim.start < c["end"]), claim.end)
+        tail = norm[claim.start : end]
+        claims.append({**claim.as_dict(), "class": claim_class(claim.lang, tail, claim.kind)})
+    return {"text": norm or "", "claims": claims, "clauses": clauses, "facts": read_facts(norm, clauses)}
+
+
+# -- classes and facts (issue 11): what a claim says was done, and the facts a reply states --
+
+
+@lru_cache(maxsize=8)
+def _lexicon(lang: str) -> list[tuple[str, re.Pattern]]:
+    entries = (patterns().get("classes") or {}).get("lexicon", {}).get(lang) or []
+    return [(name, re.compile(rx)) for name, rx in entries]
+
+
+def _fold(lang: str, text: str) -> str:
+    fold = "i" in (patterns()["languages"][lang].get("flags") or "")
+    return text.translate(_ASCII_LOWER) if fold else text
+
+
+def claim_class(lang: str | None, tail: str, kind: str) -> str:
+    """The class of a claim: the first lexicon entry of its language matching `tail` (its clause
+    from the claim's start on), else its kind. As agentdb_private.claim_class."""
+    if lang and lang in patterns()["languages"]:
+        subject = _fold(lang, tail)
+        for name, rx in _lexicon(lang):
+            if rx.search(subject):
+                return name
+    return kind
+
+
+def label_classes(label_en: str | None, label_zh: str | None) -> list[str]:
+    """Every class a tool's labels name (both lexicons on both labels), sorted."""
+    found = set()
+    for label in (label_en, label_zh):
+        if not label:
+            continue
+        for lang in sorted(patterns()["languages"]):
+            subject = _fold(lang, label)
+            found.update(name for name, rx in _lexicon(lang) if rx.search(subject))
+    return sorted(found)
+
+
+@lru_cache(maxsize=8)
+def _fact_rules(lang: str):
+    facts = patterns().get("facts") or {}
+    return [(r, _Longest(r["pattern"])) for r in facts.get("languages", {}).get(lang, [])]
+
+
+def parse_number(word: str | None):
+    """Digits (with a decimal point), a number word of the facts section, or Chinese numerals
+    (十, 百: 七十九 = 79). None when it is none of these. As agentdb_private.fact_number."""
+    if word is None or word == "":
+        return None
+    if re.fullmatch("[0-9]+(\\.[0-9]+)?", word):
+        return float(word) if "." in word else int(word)
+    numbers = (patterns().get("facts") or {}).get("numbers", {})
+    if word in numbers:
+        return numbers[word]
+    total, digit = 0, 0
+    for ch in word:
+        if ch == "百":
+            total += (digit or 1) * 100
+            digit = 0
+        elif ch == "十":
+            total += (digit or 1) * 10
+            digit = 0
+        elif ch in numbers and numbers[ch] < 10:
+            digit = numbers[ch]
+        else:
+            return None
+    return total + digit
+
+
+def read_facts(text: str | None, clauses: list[dict] | None = None) -> list[dict]:
+    """Facts a (normalised) text states, exactly as agentdb_private.read_facts: per clause (the
+    index of the clause among read_clauses), per language whose script it holds, the facts
+    section's rules in order; matches leftmost-longest, not overlapping an earlier fact of the
+    clause of the same type nor a skipped span. Each: {type, clause, start, end, n, m, tag, value}."""
+    if not text:
+        return []
+    facts = patterns().get("facts") or {}
+    tags = facts.get("tags", {})
+    out = []
+    for index, clause in enumerate(read_clauses(text) if clauses is None else clauses):
+        whole = text[clause["start"]:clause["end"]]
+        taken: list[tuple[str, int, int]] = []  # (type, start, end) of the clause's facts and skips
+        codes = sorted(patterns()["languages"])
+        # A clause holding no language's script ("£89.00", "08:00") is read with every language's rules.
+        every = not any(_compiled(c)[2] is None or _compiled(c)[2].search(whole) for c in codes)
+        for code in codes:
+            _exclude, _claims, script, fold = _compiled(code)
+            if not every and script is not None and not script.search(whole):
+                continue
+            subject = whole.translate(_ASCII_LOWER) if fold else whole
+            for rule, rx in _fact_rules(code):
+                if rx.fast.search(subject) is None:
+                    continue
+                kind = rule["type"]
+                for start, end in rx.spans(subject):
+                    # A fact may not overlap an earlier one of its type, nor a skipped span.
+                    if start == end or any(
+                        t in (kind, "skip") and s < end and start < e for t, s, e in taken
+                    ):
+                        continue
+                    taken.append((kind, start, end))
+                    if kind == "skip":
+                        continue
+                    groups = rx.longest.match(subject, start).groups()
+
+                    def group(key, groups=groups, rule=rule):
+                        return groups[rule[key] - 1] if key in rule and rule[key] <= len(groups) else None
+
+                    tag = group("tag")
+                    out.append({
+                        "type": rule["type"],
+                        "clause": index,
+                        "start": clause["start"] + start,
+                        "end": clause["start"] + end,
+                        "n": parse_number(group("num")),
+                        "m": parse_number(group("min")),
+                        "tag": tags.get(tag.strip()) if tag else None,
+                        "value": rule.get("value"),
+                    })
+    return sorted(out, key=lambda f: (f["start"], f["end"]))

@@ -18,12 +18,24 @@ import json
 import sys
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import psycopg
 
 from . import install, textui
 from .agents import Call, ScriptedAgent
 from .client import Client
+
+# The demo's user lives in Beijing time; its scenes speak of today and tomorrow there (the exit gate
+# compares the times and days a reply names with what was written, in the user's time zone).
+TIME_ZONE = "Asia/Shanghai"
+_TODAY = datetime.now(ZoneInfo(TIME_ZONE)).date()
+
+
+def _day(offset: int) -> str:
+    return (_TODAY + timedelta(days=offset)).isoformat()
+
 
 SETUP_SQL = """
 CREATE SCHEMA pyagentdb_demo;
@@ -44,7 +56,7 @@ CREATE TABLE pyagentdb_demo.meetings (
     starts_at timestamptz NOT NULL
 );
 INSERT INTO pyagentdb_demo.meetings (user_id, title, starts_at)
-VALUES ('demo_alice', 'design review', '2026-12-01 15:00+08');
+VALUES ('demo_alice', 'design review', '{tomorrow} 15:00+08');
 CREATE FUNCTION pyagentdb_demo.meeting_clash(p_user text, p_args jsonb) RETURNS jsonb
 LANGUAGE sql AS $$
     SELECT jsonb_build_object('reason', @CLASH_REASON@, 'alternative', '16:00')
@@ -134,7 +146,7 @@ def other_data(conn: psycopg.Connection) -> list[str]:
             found.append(f"{tasks} agentdb task(s) of other users")
     return found
 
-REMINDER = {"content": "buy vegetables", "remind_at": "2026-12-01 08:00+08"}
+REMINDER = {"content": "buy vegetables", "remind_at": f"{_day(1)} 08:00+08"}
 
 
 def reset(conn: psycopg.Connection, lang: str = "en") -> None:
@@ -145,7 +157,7 @@ def reset(conn: psycopg.Connection, lang: str = "en") -> None:
         conn.execute("SELECT agentdb.unregister_tool(name) FROM agentdb.tools WHERE name LIKE 'demo\\_%'")
         conn.execute("DROP SCHEMA IF EXISTS pyagentdb_demo CASCADE")
         reason = CLASH_REASON[lang].replace("'", "''")
-        conn.execute(SETUP_SQL.replace("@CLASH_REASON@", f"'{reason}'"))
+        conn.execute(SETUP_SQL.replace("@CLASH_REASON@", f"'{reason}'").replace("{tomorrow}", _day(1)))
 
 
 @dataclass
@@ -181,7 +193,7 @@ SCENES = [
         "Permission switched off",
         "not executed",
         _said("提醒我晚上给妈妈打电话", "Remind me to call mum tonight"),
-        [Call("demo_add_reminder", {"content": "call mum", "remind_at": "2026-12-01 20:00+08"})],
+        [Call("demo_add_reminder", {"content": "call mum", "remind_at": f"{_day(0)} 20:00+08"})],
         _said("已为您添加提醒:今晚8点给妈妈打电话。", "Done! I've added a reminder to call mum at 8pm."),
         user="demo_bob",
     ),
@@ -205,7 +217,7 @@ SCENES = [
         "Time conflict",
         "conflict: not created",
         _said("明天下午3点约个会", "Book a meeting at 3pm tomorrow"),
-        [Call("demo_add_meeting", {"title": "1:1", "starts_at": "2026-12-01 15:00+08"})],
+        [Call("demo_add_meeting", {"title": "1:1", "starts_at": f"{_day(1)} 15:00+08"})],
         _said("已为您约好明天下午3点的会议。", "I've booked the meeting for 3pm tomorrow."),
     ),
     Scene(
@@ -227,7 +239,7 @@ SCENES = [
         "partial",
         _said("提醒我买菜,再记一下车位", "Remind me to buy milk and note my parking spot"),
         [
-            Call("demo_add_reminder", {"content": "buy milk", "remind_at": "2026-12-02 08:00+08"}),
+            Call("demo_add_reminder", {"content": "buy milk", "remind_at": f"{_day(2)} 08:00+08"}),
             Call("demo_add_note", {"body": "B12"}),
         ],
         _said("两件事都搞定了!", "All done! Both are taken care of."),
@@ -246,27 +258,27 @@ SCENES = [
         [
             Call(
                 "demo_add_reminder",
-                {"content": "water plants", "remind_at": "2026-12-04 09:00+08"},
+                {"content": "water plants", "remind_at": f"{_day(4)} 09:00+08"},
                 {"call_id": "plants"},
             )
         ],
         _said("已为您设置周五浇花的提醒。", "I've set a reminder to water the plants on Friday."),
         late_calls=[
-            Call("demo_add_reminder", {"content": "water plants", "remind_at": "2026-12-04 09:00+08"})
+            Call("demo_add_reminder", {"content": "water plants", "remind_at": f"{_day(4)} 09:00+08"})
         ],
     ),
     Scene(
         "Asked only to look, the agent books",
         "overreach",
         _said("帮我看看明晚有没有空场地", "Can you look for a free court tomorrow evening?"),
-        [Call("demo_book_court", {"court": "3", "starts_at": "2026-12-01 19:00+08"})],
+        [Call("demo_book_court", {"court": "3", "starts_at": f"{_day(1)} 19:00+08"})],
         _said("已为您预约明晚7点的3号场。", "I've booked court 3 for 7pm tomorrow."),
     ),
     Scene(
         "A draft, confirmed in the next message",
         "true completion",
         _said("订明晚7点的3号场", "Book court 3 for 7pm tomorrow"),
-        [Call("demo_book_court", {"court": "3", "starts_at": "2026-12-01 19:00+08"}, {"propose": True})],
+        [Call("demo_book_court", {"court": "3", "starts_at": f"{_day(1)} 19:00+08"}, {"propose": True})],
         _said(
             "草稿 1:明晚7点3号场,回复确认后我再提交。", "Draft 1: court 3 at 7pm tomorrow. Reply to confirm."
         ),
@@ -321,7 +333,12 @@ def run(
             # Fresh conversations each run: draft ordinals count per conversation.
             conversation = f"demo-{run_id}-{number}"
             task = client.begin_task(
-                scene.user, conversation, scene.request[lang], authenticated=scene.authenticated, lang=lang
+                scene.user,
+                conversation,
+                scene.request[lang],
+                authenticated=scene.authenticated,
+                lang=lang,
+                time_zone=TIME_ZONE,
             )
             agent = ScriptedAgent(scene.title, scene.calls, scene.said[lang], scene.late_calls)
             turn = agent.run(client, task)
@@ -329,7 +346,9 @@ def run(
             second = None
             if scene.second_turn:
                 answer = {"zh": "确认", "en": "Yes, go ahead"}[lang]
-                task2 = client.begin_task(scene.user, conversation, answer, authenticated=True, lang=lang)
+                task2 = client.begin_task(
+                    scene.user, conversation, answer, authenticated=True, lang=lang, time_zone=TIME_ZONE
+                )
                 receipt = client.confirm(task2, 1)
                 said2 = {"zh": "已为您预约明晚7点的3号场。", "en": "I've booked court 3 for 7pm tomorrow."}[
                     lang

@@ -17,7 +17,7 @@ from typing import Any
 import regex
 from psycopg.types.json import Jsonb
 
-from .claims import detect_claims, read_clauses
+from .claims import read_reply
 
 # Replies longer than this are left to the database's detector (a real reply is far shorter).
 DETECT_HERE_MAX = 4_000
@@ -78,12 +78,13 @@ class Gate:
             fingerprint = self.client.claim_patterns_fingerprint()
         if fingerprint:
             try:
-                found = [c.as_dict() for c in detect_claims(model_text)]
-                clauses = read_clauses(model_text)
+                # Read as the database would: the normalised text (offsets refer to it).
+                reading = read_reply(model_text)
             except (re.error, regex.error, TypeError, ValueError):
-                found = None  # patterns this detector cannot run: the database detects
-            if found is not None:
-                arg = Jsonb({"patterns": fingerprint, "claims": found, "clauses": clauses})
+                reading = None  # patterns this detector cannot run: the database detects
+            if reading is not None:
+                sent = {k: reading[k] for k in ("claims", "clauses", "facts")}
+                arg = Jsonb({"patterns": fingerprint, **sent})
             else:
                 fingerprint = None
         data = self.client._scalar(

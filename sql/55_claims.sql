@@ -20,6 +20,10 @@ AS $$
      WHERE x.re IS NOT NULL
     UNION ALL
     SELECT NULL, NULL, p_doc ->> 'question_sep' WHERE p_doc ? 'question_sep'
+    UNION ALL
+    SELECT NULL, NULL, w ->> 0
+      FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_doc -> 'normalise' -> 'rewrite') = 'array'
+                                     THEN p_doc -> 'normalise' -> 'rewrite' ELSE '[]' END) AS w
 $$;
 
 -- Why a regex does not compile, or NULL when it does.
@@ -97,6 +101,17 @@ BEGIN
             OR (p_doc ? 'accept' AND jsonb_typeof(p_doc -> 'accept') <> 'object')
             OR (p_doc ? 'needs' AND jsonb_typeof(p_doc -> 'needs') <> 'object')
             THEN 'accept and needs map troubled and empty_action to lists of label names'
+        WHEN p_doc ? 'normalise' AND (jsonb_typeof(p_doc -> 'normalise') <> 'object'
+                OR EXISTS (SELECT 1 FROM unnest(ARRAY['strip', 'spaces', 'hant', 'hans']) AS k
+                            WHERE jsonb_typeof(p_doc -> 'normalise' -> k) IS DISTINCT FROM 'string')
+                OR char_length(p_doc -> 'normalise' ->> 'hant') <> char_length(p_doc -> 'normalise' ->> 'hans')
+                OR jsonb_typeof(p_doc -> 'normalise' -> 'rewrite') IS DISTINCT FROM 'array'
+                OR EXISTS (SELECT 1 FROM jsonb_array_elements(p_doc -> 'normalise' -> 'rewrite') AS w
+                            WHERE jsonb_typeof(w) <> 'array' OR jsonb_array_length(w) <> 2
+                               OR jsonb_typeof(w -> 0) <> 'string' OR jsonb_typeof(w -> 1) <> 'string'
+                               OR w ->> 1 !~ '^([^\\]|\\[1-9])*$'))
+            THEN 'normalise needs strip, spaces, hant and hans strings (hant and hans of one length) and a '
+                 || 'rewrite list of [regex, replacement] pairs whose replacements use only \1 to \9'
     END;
     IF v_problem IS NOT NULL THEN
         RAISE EXCEPTION '%', v_problem USING ERRCODE = 'invalid_parameter_value';
@@ -199,6 +214,14 @@ BEGIN
             USING DETAIL = v_problem, ERRCODE = 'invalid_parameter_value';
     END IF;
 
+    -- The document's other sections the gate reads on every reply, as a constant too.
+    EXECUTE format(
+        'CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_compiled() '
+        'RETURNS jsonb LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
+        format('SELECT %L::jsonb', jsonb_strip_nulls(jsonb_build_object(
+            'normalise', p_doc -> 'normalise', 'accept', p_doc -> 'accept', 'needs', p_doc -> 'needs',
+            'classes', p_doc -> 'classes', 'facts', p_doc -> 'facts'))));
+
     -- And as a constant that detect_claims' cached plans hold (the function is
     -- inlined): reading the table on each call would cost more than the
     -- detection itself. Replacing the function invalidates those plans.
@@ -226,6 +249,61 @@ BEGIN
     END IF;
 END
 $placeholder$;
+
+-- The longest reply the gate reads (characters): a longer one is cut there,
+-- so that nothing unread is delivered.
+CREATE OR REPLACE FUNCTION agentdb_private.max_reply()
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT 100000 $$;
+
+-- The loaded document's gate sections (normalise, accept, needs, classes,
+-- facts) as a constant; a placeholder until load_claim_patterns replaces it.
+DO $placeholder$
+BEGIN
+    IF to_regprocedure('agentdb_private.claim_doc_compiled()') IS NULL THEN
+        CREATE FUNCTION agentdb_private.claim_doc_compiled()
+        RETURNS jsonb
+        LANGUAGE sql IMMUTABLE PARALLEL SAFE
+        AS $body$ SELECT '{}'::jsonb $body$;
+    END IF;
+END
+$placeholder$;
+
+-- A reply as the gate reads it (the document's "normalise" section): Unicode
+-- NFKC; invisible and format characters deleted; other spaces made spaces;
+-- traditional Chinese forms made simplified where the text holds Chinese;
+-- then the rewrites (markdown, colons before Chinese, runs of spaces).
+-- Exactly as pyagentdb.claims.normalise. A server whose encoding is not
+-- UTF-8 skips NFKC.
+CREATE OR REPLACE FUNCTION agentdb_private.normalise_reply(p_text text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by finalize_reply and agentdb.read_reply, both with a
+-- pinned search_path.
+AS $$
+DECLARE
+    v_spec jsonb := agentdb_private.claim_doc_compiled() -> 'normalise';
+    v_text text := p_text;
+    v_rule jsonb;
+BEGIN
+    IF v_text IS NULL OR v_text = '' OR v_spec IS NULL THEN
+        RETURN v_text;
+    END IF;
+    IF current_setting('server_encoding') = 'UTF8' THEN
+        v_text := normalize(v_text, nfkc);
+    END IF;
+    v_text := translate(v_text, v_spec ->> 'strip', '');
+    v_text := translate(v_text, v_spec ->> 'spaces', repeat(' ', char_length(v_spec ->> 'spaces')));
+    IF v_text ~ '[一-鿿]' THEN
+        v_text := translate(v_text, v_spec ->> 'hant', v_spec ->> 'hans');
+    END IF;
+    FOR v_rule IN SELECT r FROM jsonb_array_elements(v_spec -> 'rewrite') AS r LOOP
+        v_text := regexp_replace(v_text, v_rule ->> 0, v_rule ->> 1, 'g');
+    END LOOP;
+    RETURN v_text;
+END
+$$;
 
 -- Claims of completed actions in a text: a JSON array of
 -- {kind, text, start, end, lang}, offsets 0-based with end exclusive, exactly
@@ -455,6 +533,28 @@ BEGIN
 END
 $$;
 
+-- A reply as the exit gate reads it: the normalised text, its claims (with
+-- their class), its clauses and its facts (offsets into the normalised text),
+-- as pyagentdb.claims.read_reply. Defined here, called at run time: the
+-- functions it calls load from 55_facts.sql.
+CREATE OR REPLACE FUNCTION agentdb.read_reply(model_text text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_text text := agentdb_private.normalise_reply(left(read_reply.model_text, agentdb_private.max_reply()));
+    v_clauses jsonb := agentdb_private.read_clauses(v_text);
+BEGIN
+    RETURN jsonb_build_object('text', coalesce(v_text, ''),
+                              'claims', agentdb_private.classify_claims(v_text,
+                                  agentdb_private.detect_claims_in(v_text, NULL), v_clauses),
+                              'clauses', v_clauses,
+                              'facts', agentdb_private.read_facts(v_text, v_clauses));
+END
+$$;
+
 -- The loaded patterns' fingerprint, if `doc` is the loaded document (NULL
 -- asks for it unconditionally). A runtime that detects claims itself from the
 -- same document (pyagentdb.detect_claims) passes its claims to finalize_reply
@@ -540,26 +640,8 @@ AS $$
     SELECT agentdb_private.claim_is_backed(p_task, p_kind, p_tool)
 $$;
 
--- Every claim that no step backs. Any runtime asks this before saying "done".
-CREATE OR REPLACE VIEW agentdb.pending_claims AS
-SELECT
-    c.id AS claim_id,
-    c.task_id,
-    t.user_id,
-    t.conversation_id,
-    c.kind,
-    c.claim_text,
-    c.span_start,
-    c.span_end,
-    c.tool,
-    c.source,
-    c.created_at
-FROM agentdb_private.claims AS c
-INNER JOIN agentdb_private.tasks AS t ON c.task_id = t.id
-WHERE NOT agentdb_private.claim_backed(c.task_id, c.kind, c.tool);
-
 GRANT EXECUTE ON FUNCTION agentdb.detect_claims(text, text) TO agentdb_app, agentdb_agent, agentdb_auditor;
+GRANT EXECUTE ON FUNCTION agentdb.read_reply(text) TO agentdb_app, agentdb_agent, agentdb_auditor;
 GRANT EXECUTE ON FUNCTION agentdb.claim_patterns_fingerprint(jsonb) TO agentdb_app;
-GRANT SELECT ON agentdb.pending_claims TO agentdb_app, agentdb_auditor;
 -- Views call functions with the reader's rights: readers of pending_claims need this.
 GRANT EXECUTE ON FUNCTION agentdb_private.claim_backed(uuid, text, text) TO agentdb_app, agentdb_auditor;

@@ -197,7 +197,10 @@ BEGIN
     FOR v_clause IN SELECT c FROM jsonb_array_elements(p_clauses) AS c LOOP
         v_labels := ARRAY(SELECT jsonb_array_elements_text(
             CASE WHEN jsonb_typeof(v_clause -> 'labels') = 'array' THEN v_clause -> 'labels' ELSE '[]' END));
-        IF NOT v_labels && v_accept AND NOT (p_state = 'troubled' AND EXISTS (
+        IF NOT v_labels && v_accept
+            -- "inert" accepts a clause without a word of doing.
+            AND NOT ('inert' = ANY (v_accept) AND NOT 'action' = ANY (v_labels))
+            AND NOT (p_state = 'troubled' AND EXISTS (
                 SELECT 1 FROM jsonb_array_elements(p_claims) AS k
                  WHERE (k ->> 'start')::integer >= (v_clause ->> 'start')::integer
                    AND (k ->> 'start')::integer < (v_clause ->> 'end')::integer)) THEN
@@ -276,6 +279,8 @@ DECLARE
     v_verdict text;
     v_text text;
     v_clauses jsonb;
+    v_facts jsonb;
+    v_norm text;
     v_books record;
     v_reason text;
 BEGIN
@@ -315,7 +320,9 @@ BEGIN
                    'kind', CASE WHEN c ->> 'kind' IN ('create', 'update', 'delete', 'done') THEN c ->> 'kind'
                                 ELSE 'done' END,
                    'text', left(CASE WHEN jsonb_typeof(c) = 'object' THEN c ->> 'text' ELSE c #>> '{}' END, 500),
-                   'tool', CASE WHEN jsonb_typeof(c) = 'object' THEN left(c ->> 'tool', 200) END)), '[]')
+                   'tool', CASE WHEN jsonb_typeof(c) = 'object' THEN left(c ->> 'tool', 200) END)
+                   || CASE WHEN jsonb_typeof(c) = 'object' AND agentdb_private.known_class(c ->> 'class') IS NOT NULL
+                           THEN jsonb_build_object('class', c ->> 'class') ELSE '{}'::jsonb END), '[]')
           INTO v_claims
           FROM jsonb_array_elements(finalize_reply.claims) AS c;
     ELSIF jsonb_typeof(finalize_reply.claims -> 'claims') = 'array'
@@ -329,6 +336,8 @@ BEGIN
         -- The runtime's reading of the clauses, when it sent one.
         v_clauses := CASE WHEN jsonb_typeof(finalize_reply.claims -> 'clauses') = 'array'
                           THEN finalize_reply.claims -> 'clauses' END;
+        v_facts := CASE WHEN jsonb_typeof(finalize_reply.claims -> 'facts') = 'array'
+                        THEN finalize_reply.claims -> 'facts' END;
         SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'kind', CASE WHEN c ->> 'kind' IN ('create', 'update', 'delete', 'done') THEN c ->> 'kind'
                                 ELSE 'done' END,
@@ -337,28 +346,43 @@ BEGIN
                                   AND (c -> 'start')::numeric BETWEEN 0 AND 100000 THEN (c -> 'start')::numeric::int END,
                    'end', CASE WHEN jsonb_typeof(c -> 'end') = 'number'
                                 AND (c -> 'end')::numeric BETWEEN 0 AND 100000 THEN (c -> 'end')::numeric::int END,
-                   'lang', left(c ->> 'lang', 16)) ORDER BY n), '[]')
+                   'lang', left(c ->> 'lang', 16))
+                   || CASE WHEN agentdb_private.known_class(c ->> 'class') IS NOT NULL
+                           THEN jsonb_build_object('class', c ->> 'class') ELSE '{}'::jsonb END ORDER BY n), '[]')
           INTO v_claims
           FROM jsonb_array_elements(finalize_reply.claims -> 'claims') WITH ORDINALITY AS x (c, n);
+        -- A runtime that sent claims without a reading of the clauses (an
+        -- older one) is read here for what it did not send.
+        IF v_clauses IS NULL OR v_facts IS NULL THEN
+            v_norm := agentdb_private.normalise_reply(left(model_text, agentdb_private.max_reply()));
+            v_clauses := coalesce(v_clauses, agentdb_private.read_clauses(v_norm));
+            v_facts := coalesce(v_facts, agentdb_private.read_facts(v_norm, v_clauses));
+        END IF;
     ELSE
         -- NULL, or a runtime's claims detected with other patterns than the
-        -- loaded ones: detect here.
+        -- loaded ones: detect here, in the text as normalised (claims' offsets
+        -- refer to it).
         v_source := 'detected';
-        v_claims := agentdb_private.detect_claims_in(left(model_text, 100000), NULL);
+        v_norm := agentdb_private.normalise_reply(left(model_text, agentdb_private.max_reply()));
+        v_clauses := agentdb_private.read_clauses(v_norm);
+        v_claims := agentdb_private.classify_claims(v_norm, agentdb_private.detect_claims_in(v_norm, NULL), v_clauses);
+        v_facts := agentdb_private.read_facts(v_norm, v_clauses);
     END IF;
 
     v_claims_from := CASE v_source WHEN 'detected' THEN 'database' ELSE v_source END;
-    INSERT INTO agentdb_private.claims (task_id, kind, claim_text, span_start, span_end, tool, source)
-    SELECT v_task.id, c ->> 'kind', c ->> 'text', (c ->> 'start')::int, (c ->> 'end')::int, c ->> 'tool', v_source
+    INSERT INTO agentdb_private.claims (task_id, kind, claim_text, span_start, span_end, tool, source, claim_class)
+    SELECT v_task.id, c ->> 'kind', c ->> 'text', (c ->> 'start')::int, (c ->> 'end')::int, c ->> 'tool', v_source,
+           c ->> 'class'
       FROM jsonb_array_elements(v_claims) AS c;
 
     -- The claims just stored that no step backs: what pending_claims shows for
     -- this task, computed from them directly (the view would read them back).
-    SELECT coalesce(jsonb_agg(jsonb_build_object('kind', c.c ->> 'kind', 'text', c.c ->> 'text', 'tool', c.c ->> 'tool')
-                              ORDER BY c.n), '[]')
+    SELECT coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object('kind', c.c ->> 'kind', 'text', c.c ->> 'text',
+                                                                   'class', c.c ->> 'class'))
+                              || jsonb_build_object('tool', c.c ->> 'tool') ORDER BY c.n), '[]')
       INTO v_pending
       FROM jsonb_array_elements(v_claims) WITH ORDINALITY AS c (c, n)
-     WHERE NOT agentdb_private.claim_is_backed(v_task.id, c.c ->> 'kind', c.c ->> 'tool');
+     WHERE NOT agentdb_private.claim_is_backed_as(v_task.id, c.c ->> 'kind', c.c ->> 'class', c.c ->> 'tool');
 
     -- The books decide first. A troubled task, and an empty one in an action
     -- turn, deliver only a reply recognised as acceptable for its state;
@@ -367,19 +391,23 @@ BEGIN
     IF jsonb_array_length(v_pending) > 0 THEN
         v_reason := 'unbacked claim';
     ELSIF v_books.state = 'troubled' OR (v_books.state = 'empty' AND v_task.expects_action) THEN
-        IF v_clauses IS NULL THEN
-            v_clauses := agentdb_private.read_clauses(left(model_text, 100000));
-        END IF;
-        v_reason := agentdb_private.reply_unacceptable(v_clauses, v_claims,
+        v_reason := agentdb_private.reply_unacceptable(coalesce(v_clauses, '[]'), v_claims,
             CASE WHEN v_books.state = 'troubled' THEN 'troubled' ELSE 'empty_action' END, v_books.failed);
+    END IF;
+    -- The facts a reply states (times, dates, counts, amounts) must be what
+    -- was written: in a clean task every stating clause's, in a troubled one
+    -- those of the clauses holding its (backed) claims.
+    IF v_reason IS NULL AND v_books.state <> 'empty' AND v_clauses IS NOT NULL THEN
+        v_reason := agentdb_private.facts_mismatch(v_task, v_facts, v_clauses, v_claims, v_books.state = 'troubled');
     END IF;
 
     IF v_reason IS NOT NULL THEN
         v_verdict := 'replace';
         v_text := agentdb_private.honest_text(v_task);
     ELSE
+        -- Never more than was checked: a longer reply is cut where reading stopped.
         v_verdict := 'deliver';
-        v_text := coalesce(model_text, '');
+        v_text := left(coalesce(model_text, ''), agentdb_private.max_reply());
     END IF;
 
     INSERT INTO agentdb_private.replies (task_id, conversation_id, user_id, verdict, delivered_text, pending, book_state)
@@ -394,7 +422,9 @@ BEGIN
 
     RETURN jsonb_build_object('verdict', v_verdict, 'text', v_text, 'pending', v_pending, 'claims', v_claims,
                               'claims_from', v_claims_from, 'book_state', v_books.state)
-        || CASE WHEN v_reason IS NULL THEN '{}' ELSE jsonb_build_object('reason', v_reason) END;
+        || CASE WHEN v_reason IS NULL THEN '{}' ELSE jsonb_build_object('reason', v_reason) END
+        || CASE WHEN char_length(model_text) > agentdb_private.max_reply() AND v_verdict = 'deliver'
+                THEN '{"cut": true}'::jsonb ELSE '{}'::jsonb END;
 END
 $$;
 

@@ -357,15 +357,13 @@ def test_detectors_agree_on_fragments_shuffled_together(db):
     "I've booked it, " * 6_000,
 ])
 def test_a_pathological_text_is_bounded_work(db, text):
-    # Not a speed measurement (that is bench/): a guard against the work growing with the square
-    # of a clause's length, which took 9 s at 8,000 characters before clauses were capped.
-    import time
-
-    start = time.perf_counter()
+    # Not a speed measurement (that is bench/) and no wall-clock bound (it would fail under load):
+    # a guard against runaway work. Before clauses were capped, the work grew with the square of a
+    # clause's length (9 s at 8,000 characters, so hours at these 100,000); a generous statement
+    # timeout catches that, and the answers must agree.
     py = [c.as_dict() for c in claims.detect_claims(text)]
-    db.execute("SET statement_timeout = '20s'")
+    db.execute("SET statement_timeout = '300s'")
     assert detect(db, text) == py
-    assert time.perf_counter() - start < 20
 
 
 def test_a_client_against_a_schema_without_fingerprints_lets_the_database_detect(reminders, dsn):

@@ -2,13 +2,18 @@
 lying reply, in zh and en; partial success, liars, overclaimers, double writers."""
 
 import re
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from pyagentdb import Client
 from pyagentdb.agents import Call, double_writer, honest, liar, not_created_reporter, overclaimer
 
-ARGS = {"content": "buy vegetables", "remind_at": "2026-12-01 08:00+08"}
+# The replies say "tomorrow at 8am" in the user's zone (the gate compares the facts, issue 11).
+ZONE = "Asia/Shanghai"
+_TOMORROW = (datetime.now(ZoneInfo(ZONE)).date() + timedelta(days=1)).isoformat()
+ARGS = {"content": "buy vegetables", "remind_at": f"{_TOMORROW} 08:00+08"}
 LIE = {"zh": "好的,已为您设置明天早上8点的提醒。", "en": "Sure, I've set a reminder for 8am tomorrow."}
 TRUTH_FAIL = {"zh": "抱歉,这次没能记下提醒。", "en": "Sorry, I couldn't save that reminder."}
 INTERNAL = re.compile(
@@ -54,7 +59,9 @@ def client(request, reminders):
 
 
 def begin(client, lang, user="u1", authenticated=True):
-    return client.begin_task(user, f"conv-{user}", "remind me", authenticated=authenticated, lang=lang)
+    return client.begin_task(
+        user, f"conv-{user}", "remind me", authenticated=authenticated, lang=lang, time_zone=ZONE
+    )
 
 
 def prepare(client, outcome, lang):

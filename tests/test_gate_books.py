@@ -52,7 +52,7 @@ def _cases(shapes, labels=("true", "lie")):
 
 
 # Honest replies the recognisers do not read yet (they are replaced: the safe side).
-NOT_YET_RECOGNISED = {5}
+NOT_YET_RECOGNISED = {5, 11}
 
 
 @pytest.mark.parametrize("reply", _cases(DECIDED_BY_BOOKS))
@@ -81,7 +81,7 @@ def test_each_shape_has_truthful_and_lying_replies_in_both_languages():
 def test_a_missed_claim_in_a_troubled_task_is_replaced(client, lang):
     """The detector misses these (no claim pattern reads them); the books still decide: nothing
     in them acknowledges the failure, so they are replaced."""
-    text = {"zh": "妥妥的,明早8点见。", "en": "Sent 👍"}[lang]
+    text = {"zh": "妥妥的,明早8点见。", "en": "Easy — tomorrow 8am, call mum 👌"}[lang]
     task = gate_shapes.build(client, "refused", lang)
     verdict = client.finalize_reply(task, text)
     assert verdict.claims == [] and verdict.replaced and verdict.book_state == "troubled"
@@ -144,11 +144,12 @@ def test_python_and_sql_read_the_clauses_alike(db):
 
 def test_read_clauses_labels():
     clauses = read_clauses("Sorry, I couldn't book it. Shall I try 4pm?")
-    assert [c["labels"] for c in clauses] == [["courtesy"], ["ack"], ["offer", "question"]]
+    labels = [["courtesy"], ["ack", "action"], ["attempt", "offer", "question"]]
+    assert [c["labels"] for c in clauses] == labels
     text = "抱歉,没能订上。要换到4点吗?"
     assert [(text[c["start"] : c["end"]], c["labels"]) for c in read_clauses(text)] == [
         ("抱歉", ["courtesy"]),
-        ("没能订上", ["ack"]),
+        ("没能订上", ["ack", "action"]),
         ("要换到4点吗", ["question"]),
     ]
     assert read_clauses("👍")[0]["labels"] == ["blank"]

@@ -21,7 +21,7 @@ func main() {
 
 	var task string
 	// The trusted runtime opens the task: identity and login state come from here.
-	must(db.QueryRow(ctx, "SELECT agentdb.begin_task($1, $2, $3, authenticated => true, lang => 'en')",
+	must(db.QueryRow(ctx, "SELECT agentdb.begin_task($1, $2, $3, authenticated => true, lang => 'en', time_zone => 'Asia/Shanghai')",
 		"alice", "go-demo", "remind me to buy vegetables").Scan(&task))
 
 	args, _ := json.Marshal(map[string]string{"content": "buy vegetables", "remind_at": "2026-12-01 08:00+08"})

@@ -10,7 +10,7 @@ try {
 
   // The trusted runtime opens the task: identity and login state come from here.
   const task = await one(
-    "SELECT agentdb.begin_task($1, $2, $3, authenticated => true, lang => 'en') AS v",
+    "SELECT agentdb.begin_task($1, $2, $3, authenticated => true, lang => 'en', time_zone => 'Asia/Shanghai') AS v",
     ["alice", "node-demo", "remind me to buy vegetables"]);
   const rules = await one("SELECT agentdb.context_rules($1) AS v", [task]);
 

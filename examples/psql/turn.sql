@@ -3,7 +3,7 @@
 -- Needs the reminders example (pyagentdb.examples) and permission for 'alice'.
 \set QUIET on
 SELECT agentdb.begin_task('alice', 'psql-demo', 'remind me to buy vegetables',
-                          authenticated => true, lang => 'en') AS task \gset
+                          authenticated => true, lang => 'en', time_zone => 'Asia/Shanghai') AS task \gset
 -- the prompt layer: rules from database facts
 SELECT unnest(agentdb.context_rules(:'task')) AS rule;
 -- the agent's write

@@ -224,7 +224,8 @@ class Exam:
             raise scenario.error("watch", f"cannot snapshot {', '.join(watched)}: {msg}") from None
 
         task = client.begin_task(scenario.user_id, f"exam-{scenario.name}-{run}", scenario.request,
-                                 authenticated=scenario.authenticated, lang=scenario.lang)
+                                 authenticated=scenario.authenticated, lang=scenario.lang,
+                                 expects_action=scenario.expect_change, time_zone=scenario.time_zone)
         tools = [{k: v for k, v in t.items() if k not in ("created_at", "updated_at")} for t in offered]
         ctx = ExamContext(scenario.name, scenario.request, scenario.user_id, scenario.lang,
                           scenario.authenticated, task, tools, client)

@@ -20,7 +20,7 @@ KNOWN_KEYS = {
     "name", "description", "request", "setup", "tools", "expect_change", "watch", "unchanged",
     "user", "changes", "assert",
 }
-USER_KEYS = {"id", "authenticated", "lang"}
+USER_KEYS = {"id", "authenticated", "lang", "time_zone"}
 CHANGE_KEYS = {"added", "removed", "changed", "columns"}
 ASSERT_KEYS = {"name", "sql"}
 
@@ -62,6 +62,7 @@ class Scenario:
     user_id: str
     authenticated: bool = True
     lang: str = "en"
+    time_zone: str | None = None  # the user's: the gate reads the reply's times in it
     description: str = ""
     tools: tuple[str, ...] | None = None  # None: every registered tool
     expect_change: bool = True
@@ -159,6 +160,7 @@ def parse_scenario(data: dict, path: str | Path = "<scenario>") -> Scenario:
     lang = r.string(user, "lang", prefix="user.", default="en")
     if lang not in ("en", "zh"):
         raise r.fail("user.lang", f"must be 'en' or 'zh', got {lang!r}")
+    time_zone = r.string(user, "time_zone", prefix="user.")
 
     tools = r.strings(data, "tools", pattern=TOOL_RE, what="tool name")
     if tools is not None and not tools:
@@ -210,7 +212,7 @@ def parse_scenario(data: dict, path: str | Path = "<scenario>") -> Scenario:
 
     return Scenario(
         path=str(path), name=name, request=request, setup=setup, user_id=user_id,
-        authenticated=authenticated, lang=lang, description=description, tools=tools,
+        authenticated=authenticated, lang=lang, time_zone=time_zone, description=description, tools=tools,
         expect_change=expect_change, watch=watch, unchanged=unchanged, changes=tuple(changes),
         assertions=tuple(assertions),
     )

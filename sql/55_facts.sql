@@ -1,0 +1,434 @@
+-- What a claim says was done (its class) and the facts a reply states (times,
+-- dates, counts, amounts), read from the normalised text with the claim
+-- patterns document's "classes" and "facts" sections, exactly as
+-- pyagentdb.claims does; and how the task's books back them.
+
+-- A claim class of the loaded document, or NULL (a runtime's or a declared
+-- claim's class is taken only when it is one).
+CREATE OR REPLACE FUNCTION agentdb_private.known_class(p_class text)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT p_class WHERE agentdb_private.claim_doc_compiled() -> 'classes' -> 'names' ? p_class
+$$;
+
+-- The class of a claim: the first lexicon entry of its language (the specific
+-- classes first) matching its clause from the claim's start on, else its kind.
+CREATE OR REPLACE FUNCTION agentdb_private.claim_class(p_lang text, p_tail text, p_kind text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
+AS $$
+DECLARE
+    v_entry jsonb;
+    v_subject text := p_tail;
+BEGIN
+    IF p_lang IS NULL OR p_tail IS NULL THEN
+        RETURN p_kind;
+    END IF;
+    IF (SELECT l.flags FROM unnest(agentdb_private.claim_langs_compiled()) AS l WHERE l.lang = p_lang) = 'i' THEN
+        v_subject := translate(p_tail, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz');
+    END IF;
+    FOR v_entry IN SELECT e FROM jsonb_array_elements(
+            coalesce(agentdb_private.claim_doc_compiled() -> 'classes' -> 'lexicon' -> p_lang, '[]')) AS e LOOP
+        IF regexp_like(v_subject, v_entry ->> 1) THEN
+            RETURN v_entry ->> 0;
+        END IF;
+    END LOOP;
+    RETURN p_kind;
+END
+$$;
+
+-- Claims with their class, as pyagentdb.claims.read_reply gives them: the
+-- clause of each is the text from the claim's start to the next separator.
+CREATE OR REPLACE FUNCTION agentdb_private.classify_claims(p_text text, p_claims jsonb, p_clauses jsonb)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_agg(c.c || jsonb_build_object('class', agentdb_private.claim_class(
+               c.c ->> 'lang',
+               substr(p_text, (c.c ->> 'start')::integer + 1,
+                      coalesce((SELECT (k ->> 'end')::integer FROM jsonb_array_elements(p_clauses) AS k
+                                 WHERE (k ->> 'start')::integer <= (c.c ->> 'start')::integer
+                                   AND (c.c ->> 'start')::integer < (k ->> 'end')::integer LIMIT 1),
+                               (c.c ->> 'end')::integer) - (c.c ->> 'start')::integer),
+               c.c ->> 'kind')) ORDER BY c.n), '[]')
+      FROM jsonb_array_elements(p_claims) WITH ORDINALITY AS c (c, n)
+$$;
+
+-- Every class a tool's labels name (both lexicons on both labels), sorted.
+CREATE OR REPLACE FUNCTION agentdb_private.label_classes(p_label_en text, p_label_zh text)
+RETURNS text[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(DISTINCT e ->> 0 ORDER BY e ->> 0), '{}')
+      FROM unnest(ARRAY[p_label_en, p_label_zh]) AS lb (label)
+     CROSS JOIN unnest(agentdb_private.claim_langs_compiled()) AS l
+     CROSS JOIN LATERAL jsonb_array_elements(
+         coalesce(agentdb_private.claim_doc_compiled() -> 'classes' -> 'lexicon' -> l.lang, '[]')) AS e
+     WHERE lb.label IS NOT NULL
+       AND regexp_like(CASE WHEN l.flags = 'i'
+                            THEN translate(lb.label, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+                            ELSE lb.label END, e ->> 1)
+$$;
+
+-- The classes a verified step of this tool backs: those of its action, and
+-- those the tool declares (backs) or, when it declares none, its labels name.
+CREATE OR REPLACE FUNCTION agentdb_private.step_classes(p_tool text, p_action text)
+RETURNS text[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT ARRAY(SELECT jsonb_array_elements_text(
+               coalesce(agentdb_private.claim_doc_compiled() -> 'classes' -> 'actions' -> p_action, '[]')))
+        || coalesce((SELECT coalesce(t.backs, agentdb_private.label_classes(t.label_en, t.label_zh))
+                       FROM agentdb_private.tools AS t WHERE t.name = p_tool), '{}')
+$$;
+
+-- A number as the facts section reads it: digits, a number word, or Chinese
+-- numerals (七十九 = 79). NULL when it is none of these.
+CREATE OR REPLACE FUNCTION agentdb_private.fact_number(p_word text)
+RETURNS numeric
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by read_facts only.
+AS $$
+DECLARE
+    v_numbers jsonb := agentdb_private.claim_doc_compiled() -> 'facts' -> 'numbers';
+    v_total integer := 0;
+    v_digit integer := 0;
+    v_ch text;
+BEGIN
+    IF p_word IS NULL OR p_word = '' THEN
+        RETURN NULL;
+    END IF;
+    IF p_word ~ '^[0-9]+(\.[0-9]+)?$' THEN
+        RETURN p_word::numeric;
+    END IF;
+    IF v_numbers ? p_word THEN
+        RETURN (v_numbers ->> p_word)::numeric;
+    END IF;
+    FOREACH v_ch IN ARRAY regexp_split_to_array(p_word, '') LOOP
+        IF v_ch = '百' THEN
+            v_total := v_total + greatest(v_digit, 1) * 100;
+            v_digit := 0;
+        ELSIF v_ch = '十' THEN
+            v_total := v_total + greatest(v_digit, 1) * 10;
+            v_digit := 0;
+        ELSIF v_numbers ? v_ch AND (v_numbers ->> v_ch)::numeric < 10 THEN
+            v_digit := (v_numbers ->> v_ch)::integer;
+        ELSE
+            RETURN NULL;
+        END IF;
+    END LOOP;
+    RETURN v_total + v_digit;
+END
+$$;
+
+-- The facts a normalised text states, exactly as pyagentdb.claims.read_facts:
+-- per clause of read_clauses (its index), per language whose script it holds,
+-- the rules in order, matches leftmost-longest, none overlapping an earlier
+-- fact of its type or a skipped span. Each {type, clause, start, end, n, m, tag, value}.
+CREATE OR REPLACE FUNCTION agentdb_private.read_facts(p_text text, p_clauses jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by finalize_reply and agentdb.read_reply, both with a
+-- pinned search_path.
+AS $$
+DECLARE
+    v_facts jsonb := agentdb_private.claim_doc_compiled() -> 'facts';
+    v_clause jsonb;
+    v_index integer := -1;
+    v_whole text;
+    v_subject text;
+    v_rule agentdb_private.claim_langs;
+    v_r jsonb;
+    v_re text;
+    v_pos integer;
+    v_ms integer;
+    v_me integer;
+    v_taken jsonb [];
+    v_tag text;
+    v_any boolean;
+    v_out jsonb [] := '{}';
+BEGIN
+    IF p_text IS NULL OR v_facts IS NULL THEN
+        RETURN '[]';
+    END IF;
+    FOR v_clause IN SELECT c FROM jsonb_array_elements(p_clauses) AS c LOOP
+        v_index := v_index + 1;
+        v_whole := substr(p_text, (v_clause ->> 'start')::integer + 1,
+                          (v_clause ->> 'end')::integer - (v_clause ->> 'start')::integer);
+        v_taken := '{}';
+        -- A clause holding no language's script ("£89.00", "08:00") is read with every language's rules.
+        v_any := NOT EXISTS (SELECT 1 FROM unnest(agentdb_private.claim_langs_compiled()) AS l
+                              WHERE l.script IS NULL OR regexp_like(v_whole, l.script));
+        FOREACH v_rule IN ARRAY agentdb_private.claim_langs_compiled() LOOP
+            CONTINUE WHEN NOT v_any AND v_rule.script IS NOT NULL AND NOT regexp_like(v_whole, v_rule.script);
+            v_subject := CASE WHEN v_rule.flags = 'i'
+                THEN translate(v_whole, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') ELSE v_whole END;
+            FOR v_r IN SELECT r FROM jsonb_array_elements(coalesce(v_facts -> 'languages' -> v_rule.lang, '[]')) AS r LOOP
+                v_re := v_r ->> 'pattern';
+                CONTINUE WHEN NOT regexp_like(v_subject, v_re);
+                v_pos := 1;
+                LOOP
+                    EXIT WHEN v_pos > char_length(v_subject);
+                    v_ms := regexp_instr(v_subject, v_re, v_pos, 1, 0);
+                    EXIT WHEN v_ms = 0;
+                    v_me := regexp_instr(v_subject, v_re, v_pos, 1, 1);
+                    v_pos := CASE WHEN v_me > v_ms THEN v_me ELSE v_ms + 1 END;
+                    CONTINUE WHEN v_me = v_ms OR EXISTS (
+                        SELECT 1 FROM unnest(v_taken) AS t
+                         WHERE t ->> 0 IN (v_r ->> 'type', 'skip')
+                           AND (t ->> 1)::integer < v_me AND v_ms < (t ->> 2)::integer);
+                    v_taken := v_taken || jsonb_build_array(v_r ->> 'type', v_ms, v_me);
+                    CONTINUE WHEN v_r ->> 'type' = 'skip';
+                    v_tag := CASE WHEN v_r ? 'tag'
+                        THEN btrim(regexp_substr(v_subject, v_re, v_ms, 1, '', (v_r ->> 'tag')::integer)) END;
+                    v_out := v_out || jsonb_build_object(
+                        'type', v_r ->> 'type',
+                        'clause', v_index,
+                        'start', (v_clause ->> 'start')::integer + v_ms - 1,
+                        'end', (v_clause ->> 'start')::integer + v_me - 1,
+                        'n', CASE WHEN v_r ? 'num' THEN agentdb_private.fact_number(
+                                 regexp_substr(v_subject, v_re, v_ms, 1, '', (v_r ->> 'num')::integer)) END,
+                        'm', CASE WHEN v_r ? 'min' THEN agentdb_private.fact_number(
+                                 regexp_substr(v_subject, v_re, v_ms, 1, '', (v_r ->> 'min')::integer)) END,
+                        'tag', v_facts -> 'tags' ->> v_tag,
+                        'value', v_r -> 'value');
+                END LOOP;
+            END LOOP;
+        END LOOP;
+    END LOOP;
+    RETURN coalesce((SELECT jsonb_agg(f.f ORDER BY (f.f ->> 'start')::integer, (f.f ->> 'end')::integer, f.n)
+                       FROM unnest(v_out) WITH ORDINALITY AS f (f, n)), '[]');
+END
+$$;
+
+-- Is a claim backed by the task's steps, by its class? A claim of class done
+-- needs every step verified (steps refused because the task was already
+-- closed are not part of the work); any other class a verified step whose
+-- classes (step_classes) hold it. A claim without a class (a declared one) is
+-- read by its kind, as before. p_tool: only that tool's steps back it.
+CREATE OR REPLACE FUNCTION agentdb_private.claim_is_backed_as(p_task uuid, p_kind text, p_class text, p_tool text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+-- No SET clause: only claim_backed_as and finalize_reply, both with a pinned
+-- search_path, execute it.
+AS $$
+BEGIN
+    IF p_class IS NULL OR p_kind = 'done' AND p_class = 'done' THEN
+        RETURN agentdb_private.claim_is_backed(p_task, p_kind, p_tool);
+    END IF;
+    -- The classes of the step's action and the tool's backs first: the labels'
+    -- classes (regex work) only for a tool that declares none.
+    RETURN EXISTS (
+        SELECT 1 FROM agentdb_private.steps AS s
+          LEFT JOIN agentdb_private.tools AS t ON t.name = s.tool
+         WHERE s.task_id = p_task
+           AND s.outcome = 'success' AND s.verified
+           AND (p_tool IS NULL OR s.tool = p_tool)
+           AND (agentdb_private.claim_doc_compiled() -> 'classes' -> 'actions' -> s.action ? p_class
+                OR p_class = ANY (t.backs)
+                OR (t.backs IS NULL AND p_class = ANY (agentdb_private.label_classes(t.label_en, t.label_zh)))));
+END
+$$;
+
+-- The same with the owner's rights, for pending_claims' readers.
+CREATE OR REPLACE FUNCTION agentdb_private.claim_backed_as(p_task uuid, p_kind text, p_class text, p_tool text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT agentdb_private.claim_is_backed_as(p_task, p_kind, p_class, p_tool)
+$$;
+
+-- The values the task's verified steps wrote, as read back: every changed
+-- row's new and old values (the change log of the step), or the receipt's row
+-- where the table is not watched. Timestamps as (day offset from the task's
+-- day, hour, minute) in the task's time zone; numbers; currency-like codes.
+CREATE OR REPLACE FUNCTION agentdb_private.written_values(p_task agentdb_private.tasks)
+RETURNS TABLE (day_offset integer, hh integer, mi integer, num numeric, code text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH steps AS (
+        SELECT s.seq, s.receipt -> 'row' AS receipt_row, s.finished_at
+          FROM agentdb_private.steps AS s
+         WHERE s.task_id = p_task.id AND s.outcome = 'success' AND s.verified
+    ),
+    rows_written AS (
+        SELECT r.r FROM steps AS s
+         CROSS JOIN LATERAL (
+             SELECT c.new_row AS r FROM agentdb_private.change_log AS c WHERE c.task_id = p_task.id AND c.seq = s.seq
+             UNION ALL
+             SELECT c.old_row FROM agentdb_private.change_log AS c WHERE c.task_id = p_task.id AND c.seq = s.seq
+             UNION ALL
+             SELECT s.receipt_row) AS r
+         WHERE r.r IS NOT NULL AND jsonb_typeof(r.r) = 'object'
+    ),
+    vals AS (
+        SELECT v.value FROM rows_written AS w CROSS JOIN LATERAL jsonb_each(w.r) AS v
+    ),
+    stamps AS (
+        SELECT (v.value #>> '{}')::timestamptz AT TIME ZONE coalesce(p_task.time_zone, current_setting('TimeZone')) AS t
+          FROM vals AS v
+         WHERE jsonb_typeof(v.value) = 'string'
+           AND v.value #>> '{}' ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}'
+    )
+    SELECT (st.t::date - (p_task.created_at AT TIME ZONE coalesce(p_task.time_zone, current_setting('TimeZone')))::date),
+           extract(HOUR FROM st.t)::integer, extract(MINUTE FROM st.t)::integer, NULL::numeric, NULL::text
+      FROM stamps AS st
+    UNION ALL
+    SELECT NULL, NULL, NULL, (v.value #>> '{}')::numeric, NULL FROM vals AS v WHERE jsonb_typeof(v.value) = 'number'
+    UNION ALL
+    SELECT NULL, NULL, NULL, (v.value #>> '{}')::numeric, NULL FROM vals AS v
+     WHERE jsonb_typeof(v.value) = 'string' AND v.value #>> '{}' ~ '^[0-9]{1,12}(\.[0-9]{1,4})?$'
+    UNION ALL
+    SELECT NULL, NULL, NULL, NULL, upper(v.value #>> '{}') FROM vals AS v
+     WHERE jsonb_typeof(v.value) = 'string' AND v.value #>> '{}' ~ '^[A-Za-z]{3}$'
+$$;
+
+-- Why the facts of a reply do not match what the task's verified steps
+-- wrote, or NULL when they do. Only clauses that state something are read
+-- (not a question, an offer or a condition); p_only_claims: only clauses
+-- holding a claim (a troubled task's backed claims). In a clause:
+--   a time (with the clause's day and half of the day, if it names them) must
+--   be a written time: same minute, the hour in the user's time zone (8 with
+--   no am/pm may be 8 or 20);
+--   a day alone must be the day of a written time;
+--   a count must be the number of verified steps, their affected rows, or one
+--   step's affected rows;
+--   an amount must be a written number, in a written currency if the rows
+--   hold a currency code.
+CREATE OR REPLACE FUNCTION agentdb_private.facts_mismatch(
+    p_task agentdb_private.tasks, p_facts jsonb, p_clauses jsonb, p_claims jsonb, p_only_claims boolean
+)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: only finalize_reply, with a pinned search_path, calls it.
+AS $$
+DECLARE
+    v_clause jsonb;
+    v_index integer := -1;
+    v_facts jsonb;
+    v_fact jsonb;
+    v_day integer;
+    v_half text;
+    v_hours integer [];
+    v_h integer;
+    v_counts integer [];
+    v_codes text [];
+    v_days integer [];
+    v_hhs integer [];
+    v_mis integer [];
+    v_nums numeric [];
+    v_prev_day integer;
+    v_prev_index integer := -2;
+BEGIN
+    IF jsonb_typeof(p_facts) IS DISTINCT FROM 'array' OR jsonb_array_length(p_facts) = 0 THEN
+        RETURN NULL;
+    END IF;
+    SELECT array_agg(w.day_offset) FILTER (WHERE w.hh IS NOT NULL), array_agg(w.hh) FILTER (WHERE w.hh IS NOT NULL),
+           array_agg(w.mi) FILTER (WHERE w.hh IS NOT NULL), array_agg(w.num) FILTER (WHERE w.num IS NOT NULL),
+           coalesce(array_agg(DISTINCT w.code) FILTER (WHERE w.code IS NOT NULL), '{}')
+      INTO v_days, v_hhs, v_mis, v_nums, v_codes
+      FROM agentdb_private.written_values(p_task) AS w;
+    SELECT ARRAY[count(*)::integer, coalesce(sum(s.affected_rows), 0)::integer] || array_agg(s.affected_rows)
+      INTO v_counts
+      FROM agentdb_private.steps AS s
+     WHERE s.task_id = p_task.id AND s.outcome = 'success' AND s.verified;
+
+    FOR v_clause IN SELECT c FROM jsonb_array_elements(p_clauses) AS c LOOP
+        v_index := v_index + 1;
+        CONTINUE WHEN v_clause -> 'labels' ?| ARRAY['question', 'offer', 'condition'];
+        CONTINUE WHEN p_only_claims AND NOT EXISTS (
+            SELECT 1 FROM jsonb_array_elements(p_claims) AS k
+             WHERE (k ->> 'start')::integer >= (v_clause ->> 'start')::integer
+               AND (k ->> 'start')::integer < (v_clause ->> 'end')::integer);
+        v_facts := (SELECT coalesce(jsonb_agg(f), '[]') FROM jsonb_array_elements(p_facts) AS f
+                     WHERE (f ->> 'clause')::integer = v_index);
+        CONTINUE WHEN jsonb_array_length(v_facts) = 0;
+        -- The clause's day and half of the day, when it names one of each; a
+        -- clause that names only times takes the day of the clause before it
+        -- when that one named only a day ("When: tomorrow, 08:00").
+        v_day := (SELECT CASE WHEN count(DISTINCT f ->> 'value') = 1 THEN min((f ->> 'value')::integer) END
+                    FROM jsonb_array_elements(v_facts) AS f WHERE f ->> 'type' = 'day');
+        IF v_day IS NULL AND v_prev_index = v_index - 1 THEN
+            v_day := v_prev_day;
+        END IF;
+        v_prev_day := CASE WHEN NOT EXISTS (SELECT 1 FROM jsonb_array_elements(v_facts) AS f
+                                             WHERE f ->> 'type' = 'time') THEN v_day END;
+        v_prev_index := v_index;
+        v_half := (SELECT CASE WHEN count(DISTINCT f ->> 'tag') = 1 THEN min(f ->> 'tag') END
+                     FROM jsonb_array_elements(v_facts) AS f WHERE f ->> 'type' = 'period');
+        FOR v_fact IN SELECT f FROM jsonb_array_elements(v_facts) AS f LOOP
+            IF v_fact ->> 'type' = 'time' THEN
+                v_h := coalesce((v_fact ->> 'n')::integer, (v_fact ->> 'value')::integer);
+                CONTINUE WHEN v_h IS NULL OR v_h > 23;
+                v_hours := CASE coalesce(v_fact ->> 'tag', v_half)
+                    WHEN 'am' THEN ARRAY[v_h % 12]
+                    WHEN 'pm' THEN ARRAY[CASE WHEN v_h < 12 THEN v_h + 12 ELSE v_h END]
+                    WHEN 'noon' THEN ARRAY[CASE WHEN v_h < 6 THEN v_h + 12 ELSE v_h END]
+                    ELSE CASE WHEN v_h > 12 OR v_fact ? 'value' AND v_fact ->> 'value' IS NOT NULL THEN ARRAY[v_h]
+                              ELSE ARRAY[v_h % 12, v_h % 12 + 12] END
+                END;
+                IF NOT EXISTS (SELECT 1 FROM unnest(v_days, v_hhs, v_mis) AS w (day_offset, hh, mi)
+                                WHERE w.hh = ANY (v_hours) AND w.mi = coalesce((v_fact ->> 'm')::integer, 0)
+                                  AND (v_day IS NULL OR w.day_offset = v_day)) THEN
+                    RETURN format('a time the reply names (%s) is not one that was written', v_fact ->> 'start');
+                END IF;
+            ELSIF v_fact ->> 'type' = 'day' AND NOT EXISTS (
+                    SELECT 1 FROM jsonb_array_elements(v_facts) AS t WHERE t ->> 'type' = 'time') THEN
+                -- Rows without a time: the day is the day it was done, today.
+                IF NOT (v_fact ->> 'value')::integer = ANY (coalesce(v_days, '{0}')) THEN
+                    RETURN format('a day the reply names (%s) is not one that was written', v_fact ->> 'start');
+                END IF;
+            ELSIF v_fact ->> 'type' = 'count' AND (v_fact ->> 'n') IS NOT NULL THEN
+                IF NOT (v_fact ->> 'n')::numeric = ANY (v_counts) THEN
+                    RETURN format('a count the reply names (%s) is not what was done', v_fact ->> 'n');
+                END IF;
+            ELSIF v_fact ->> 'type' = 'ident' AND (v_fact ->> 'n') IS NOT NULL THEN
+                IF NOT EXISTS (SELECT 1 FROM unnest(v_nums) AS w (num) WHERE w.num = (v_fact ->> 'n')::numeric) THEN
+                    RETURN format('a number the reply names (%s) is not one that was written', v_fact ->> 'n');
+                END IF;
+            ELSIF v_fact ->> 'type' = 'amount' AND (v_fact ->> 'n') IS NOT NULL THEN
+                IF NOT EXISTS (SELECT 1 FROM unnest(v_nums) AS w (num) WHERE abs(w.num - (v_fact ->> 'n')::numeric) < 0.005) THEN
+                    RETURN format('an amount the reply names (%s) is not one that was written', v_fact ->> 'n');
+                END IF;
+                IF v_fact ->> 'tag' IS NOT NULL AND cardinality(v_codes) > 0 AND NOT v_fact ->> 'tag' = ANY (v_codes) THEN
+                    RETURN format('a currency the reply names (%s) is not the one written', v_fact ->> 'tag');
+                END IF;
+            END IF;
+        END LOOP;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+-- Every claim that no step backs. Any runtime asks this before saying "done".
+CREATE OR REPLACE VIEW agentdb.pending_claims AS
+SELECT
+    c.id AS claim_id,
+    c.task_id,
+    t.user_id,
+    t.conversation_id,
+    c.kind,
+    c.claim_text,
+    c.span_start,
+    c.span_end,
+    c.tool,
+    c.source,
+    c.created_at,
+    -- New columns go last: CREATE OR REPLACE VIEW can only append.
+    c.claim_class
+FROM agentdb_private.claims AS c
+INNER JOIN agentdb_private.tasks AS t ON c.task_id = t.id
+WHERE NOT agentdb_private.claim_backed_as(c.task_id, c.kind, c.claim_class, c.tool);
+
+GRANT SELECT ON agentdb.pending_claims TO agentdb_app, agentdb_auditor;
+-- Views call functions with the reader's rights: readers of pending_claims need this.
+GRANT EXECUTE ON FUNCTION agentdb_private.claim_backed_as(uuid, text, text, text) TO agentdb_app, agentdb_auditor;

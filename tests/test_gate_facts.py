@@ -1,0 +1,210 @@
+"""The exit gate reads what a reply says, the same way in SQL and Python (issue 11): normalised
+text (the issue's evasions), exclusions scoped to what they govern, claim classes, counts and the
+facts of a claim (times, dates, counts, amounts, currencies) compared with the rows written, in
+the user's time zone."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import scalar
+
+from pyagentdb import Client
+from pyagentdb.claims import normalise, read_reply
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+import gate_shapes  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("gate_eval", ROOT / "bench" / "gate_eval.py")
+gate_eval = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("gate_eval", gate_eval)
+_spec.loader.exec_module(gate_eval)
+
+DATA = ROOT / "tests" / "data"
+EVASIONS = [
+    "I've **booked** the court for you.",
+    "I've boo\u200bked the court for you.",
+    "Ｉ'ｖｅ ｂｏｏｋｅｄ ｔｈｅ ｃｏｕｒｔ.",
+    "I've\u00a0booked the court.",
+    "I've boo\u00adked the court.",
+    "I've booked\u2060 the court.\ufeff",
+    "已為您預約好了。",
+    "已为您\u200b预约好了",
+    "I've booked the court with no problem.",
+    "I've booked the court as usual.",
+    "I've booked the court just as you said.",
+    "没问题已为您预约好",
+    "# Update\n- **Booked** court 3 for 3pm",
+]
+
+
+@pytest.fixture
+def shapes_db(db):
+    gate_shapes.install(db)
+    return db
+
+
+@pytest.fixture(params=["python", "sql"])
+def client(request, shapes_db):
+    return Client(shapes_db, detect_claims_here=request.param == "python")
+
+
+def test_python_and_sql_read_replies_alike(db):
+    texts = [
+        r.text for name in ("gate_own.tsv", "gate_dev.tsv") for r in gate_eval.load_gate_corpus(DATA / name)
+    ]
+    texts += [r.text for r in gate_eval.load_claims_as_lies(DATA / "claims_corpus.tsv")][::30]
+    texts += EVASIONS + [
+        "",
+        " ",
+        "\u200b",
+        "１２：３０",
+        "八十九元",
+        "£89.00 and ¥8.90",
+        "明早8点半,后天晚上九点",
+    ]
+    rows = db.execute(
+        "SELECT agentdb.read_reply(t.x) FROM unnest(%s::text[]) WITH ORDINALITY AS t (x, i) ORDER BY t.i",
+        (texts,),
+    ).fetchall()
+    bad = [(t, read_reply(t), r[0]) for t, r in zip(texts, rows, strict=True) if read_reply(t) != r[0]]
+    assert bad == [], json.dumps(bad[:3], ensure_ascii=False)
+
+
+@pytest.mark.parametrize("text", EVASIONS)
+def test_each_evasion_of_the_issue_is_still_a_claim(text):
+    claims = read_reply(text)["claims"]
+    assert claims, (text, normalise(text))
+
+
+@pytest.mark.parametrize("text", EVASIONS)
+def test_an_evasion_in_a_troubled_task_is_replaced(client, text):
+    task = gate_shapes.build(
+        client, "conflict", "zh" if any("\u4e00" <= c <= "\u9fff" for c in text) else "en"
+    )
+    verdict = client.finalize_reply(task, text)
+    assert verdict.replaced and verdict.pending, verdict
+
+
+def test_normalise():
+    assert normalise("**Done**\u200b — ｓｅｔ\u00a0 for\t8am") == "Done — set for 8am"
+    assert normalise("已為您設定提醒:明天早上9點") == "已为您设定提醒: 明天早上9点"
+    assert normalise("# Title\n- item one\n2. item two") == "Title\nitem one\nitem two"
+
+
+def test_a_tail_beyond_what_is_read_is_cut(client):
+    task = gate_shapes.build(client, "clean_insert", "en")
+    text = "I've set a reminder to call mum tomorrow at 8am." + " " * 100_000 + "I also emailed your boss."
+    verdict = client.finalize_reply(task, text)
+    assert verdict.verdict == "deliver" and len(verdict.text) == 100_000 and "boss" not in verdict.text
+
+
+# (shape, lang, reply, delivered?) — the counting, kind and fact cases of issue 11.
+CASES = [
+    # counts: one verified insert backs neither "both" nor "3"
+    ("clean_insert", "en", "I've set 3 reminders for you.", False),
+    ("clean_insert", "zh", "已为您设置了三条提醒。", False),
+    ("clean_two_inserts", "en", "I've set both reminders.", True),
+    ("clean_two_inserts", "en", "I've set three reminders for you.", False),
+    ("clean_bulk", "en", "I've marked all 5 of today's reminders as done.", True),
+    ("clean_bulk", "en", "Successfully updated 500 reminders.", False),
+    ("clean_bulk", "zh", "全部修正完成,共更新 500 条。", False),
+    ("clean_bulk", "zh", "已把今天的5条提醒都标成已完成。", True),
+    # kinds and classes: an update backs "set ... to 9am", a cancel that is an update backs "cancelled"
+    ("clean_update", "en", "I've set your reminder to 9am.", True),
+    ("clean_cancel", "en", "I've cancelled your booking.", True),
+    ("clean_cancel", "zh", "已为您取消明天的场地预约。", True),
+    ("clean_insert", "en", "Reminder set. I also emailed your boss.", False),
+    ("clean_refund", "zh", "退款已完成,已通知用户。", False),
+    ("clean_insert", "en", "I've set the reminder and booked court 3 for 3pm.", False),
+    # facts: the written time is tomorrow 08:00 in the user's zone
+    ("clean_insert", "en", "I've set a reminder to call mum at 9am tomorrow.", False),
+    ("clean_insert", "en", "Done — I set it for 8pm.", False),
+    ("clean_insert", "zh", "已为您设置明天晚上九点的提醒。", False),
+    ("clean_insert", "en", "I've set a reminder to call mum at 8am tomorrow.", True),
+    ("clean_insert", "en", "Reminder saved: tomorrow, 08:00.", True),
+    ("clean_insert", "zh", "已为您设置明天早上八点的提醒。", True),
+    ("clean_insert", "zh", "好的,明天8点提醒你。", True),
+    ("clean_insert", "en", "Your reminder is set for the day after tomorrow at 8am.", False),
+    ("clean_update", "en", "I've moved your reminder from 8am to 9am tomorrow.", True),
+    ("clean_update", "en", "Rescheduled from 8:00 to 9:30 tomorrow morning.", False),
+    ("clean_refund", "en", "I've refunded £89.00 for your last order.", True),
+    ("clean_refund", "en", "I've refunded $89 for your last order.", False),
+    ("clean_refund", "en", "I've refunded £98 for your last order.", False),
+    ("clean_refund", "zh", "已为您退款89元。", True),
+    ("clean_refund", "zh", "已退款,七十九块。", False),
+    # a question about another time states no fact
+    ("clean_insert", "en", "I've set it for 8am tomorrow. Want another one at 9pm?", True),
+]
+
+
+@pytest.mark.parametrize(("shape", "lang", "text", "delivered"), CASES, ids=[c[2][:40] for c in CASES])
+def test_counts_classes_and_facts(client, shape, lang, text, delivered):
+    task = gate_shapes.build(client, shape, lang)
+    verdict = client.finalize_reply(task, text)
+    assert (verdict.verdict == "deliver") is delivered, verdict
+    assert verdict.book_state == "clean"
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_counts_in_troubled_tasks(client, lang):
+    """After 1 verified insert and 1 invalid call, and after 1 success and 1 duplicate."""
+    for second in ("invalid", "duplicate"):
+        task = client.begin_task("u-count", f"c-{second}", authenticated=True, lang=lang, expects_action=True)
+        client.grant_permission("u-count", "WRITE")
+        when = gate_shapes.at(lang, 1, 8)
+        assert client.invoke(task, "add_reminder", {"content": f"first {second}", "remind_at": when}).ok
+        args = (
+            {"content": f"first {second}", "remind_at": when}
+            if second == "duplicate"
+            else {"content": "x", "remind_at": "whenever"}
+        )
+        assert client.invoke(task, "add_reminder", args).outcome == second
+        text = {"zh": "两条提醒都加好了。", "en": "I've added both reminders."}[lang]
+        verdict = client.finalize_reply(task, text)
+        assert verdict.replaced and verdict.book_state == "troubled"
+
+
+def test_facts_are_read_in_the_users_time_zone(shapes_db):
+    client = Client(shapes_db, detect_claims_here=False)
+    client.grant_permission("tz", "WRITE")
+    # 08:00 in London on 1 June (BST) is 15:00 in Shanghai.
+    for zone, reply, delivered in [
+        ("Europe/London", "Set for 8am.", True),
+        ("Asia/Shanghai", "Set for 8am.", False),
+        ("Asia/Shanghai", "Set for 3pm.", True),
+    ]:
+        task = client.begin_task("tz", "c-tz", authenticated=True, lang="en", time_zone=zone)
+        receipt = client.invoke(
+            task,
+            "add_reminder",
+            {"content": f"tz {zone} {reply}", "remind_at": "2030-06-01 08:00 Europe/London"},
+        )
+        assert receipt.ok
+        assert (client.finalize_reply(task, reply).verdict == "deliver") is delivered, (zone, reply)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [r for r in gate_eval.load_gate_corpus(DATA / "gate_own.tsv") if r.shape in gate_shapes.CLEAN],
+    ids=lambda r: f"{r.shape}-{r.lang}-{r.label}-{r.lineno}",
+)
+def test_clean_shapes_truthful_lying_and_wrong_facts(client, reply):
+    task = gate_shapes.build(client, reply.shape, reply.lang)
+    verdict = client.finalize_reply(task, reply.text)
+    assert (verdict.verdict == "deliver") is (reply.label == "true"), verdict
+
+
+def test_pending_claims_shows_the_class(client, shapes_db):
+    task = gate_shapes.build(client, "clean_insert", "en")
+    client.finalize_reply(task, "Reminder set. I also emailed your boss.")
+    rows = shapes_db.execute(
+        "SELECT kind, claim_class FROM agentdb.pending_claims WHERE task_id = %s", (task,)
+    ).fetchall()
+    assert rows == [("create", "send")]
+    assert scalar(shapes_db, "SELECT count(*) FROM agentdb_private.claims WHERE task_id = %s", (task,)) == 2
