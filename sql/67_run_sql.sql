@@ -255,7 +255,8 @@ AS $$
 $$;
 
 -- Why the analyzed statement p_tree is not the shape of one plain write, or
--- NULL: a subquery anywhere (even one the planner would fold away), or a
+-- NULL: a subquery anywhere (even one the planner would fold away), WHERE
+-- CURRENT OF a cursor of the session, or a
 -- range-table entry other than the table and, for an INSERT, its VALUES list:
 -- rtekind 1 (a subquery in FROM, INSERT ... SELECT), 2 (a join), 3 (a
 -- function in FROM), 4 (XMLTABLE, JSON_TABLE), 5 (VALUES in FROM), 6 (WITH).
@@ -267,6 +268,8 @@ AS $$
     SELECT CASE
         WHEN strpos(p_tree, '{SUBLINK ') > 0 THEN agentdb_private.not_done('refused', 'sql_not_simple',
             'a subquery is not allowed: it could read other rows or tables; give literal values')
+        WHEN strpos(p_tree, '{CURRENTOFEXPR ') > 0 THEN agentdb_private.not_done('refused', 'sql_not_simple',
+            'WHERE CURRENT OF a cursor is not allowed; name the rows by their values')
         ELSE (SELECT agentdb_private.not_done('refused', 'sql_not_simple', CASE min(m[1])
                   WHEN '1' THEN 'a subquery in FROM or INSERT ... SELECT is not allowed; give the values with VALUES (...)'
                   WHEN '2' THEN 'a join is not allowed; change one table and name its rows in WHERE'
@@ -501,19 +504,51 @@ $$;
 -- Plan, check, execute and prove one statement. Never raises for a bad
 -- statement: every problem is a result object (with the action and target
 -- found so far under the keys sql_action and sql_target).
-DROP FUNCTION IF EXISTS agentdb_private.sql_write(agentdb_private.tasks, text, integer);
-CREATE OR REPLACE FUNCTION agentdb_private.sql_write(
-    p_task agentdb_private.tasks, p_seq integer, p_statement text, p_expect_rows integer
-)
+-- Phases 1 to 3 of sql_write: the statement parsed as the writer (one
+-- statement, every name resolved, nothing planned or run yet); every function
+-- and operator it calls allowed, and no subquery, join, function or VALUES in
+-- FROM, before it is planned (planning already runs immutable functions of
+-- constants); then the server's plan, as the writer. {"plan": ...}, or why not.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_prepare(p_statement text, p_path text, p_action text)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_word text := agentdb_private.sql_first_word(p_statement);
-    v_action text;
-    v_path text;
+    v_tree_text text;
     v_plan jsonb;
+    v_fail jsonb;
+    v_state text;
+    v_msg text;
+BEGIN
+    BEGIN
+        PERFORM agentdb_private.sql_writer_parse(p_statement, p_path);
+        v_tree_text := agentdb_private.sql_query_tree(p_statement, p_path);
+        v_fail := coalesce(agentdb_private.sql_call_refusal(v_tree_text),
+                           agentdb_private.sql_shape_refusal(v_tree_text, p_action));
+        IF v_fail IS NULL THEN
+            v_plan := agentdb_private.sql_writer_plan(p_statement, p_path);
+        END IF;
+    EXCEPTION
+        WHEN query_canceled THEN
+            v_fail := agentdb_private.sql_prepare_failure('57014', NULL);
+        WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
+            v_fail := agentdb_private.sql_prepare_failure(v_state, v_msg);
+    END;
+    RETURN coalesce(v_fail, jsonb_build_object('plan', v_plan));
+END
+$$;
+
+-- Phase 4 of sql_write: the plan must be one plain write of one enabled
+-- table (a rule on the table can turn one statement into several plans).
+-- {"sql_action", "sql_target"} when it is, else the refusal with them.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_check_plan(p_plan jsonb, p_action text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
     v_root jsonb;
     v_node jsonb;
     v_nodes jsonb [];
@@ -523,94 +558,28 @@ DECLARE
     v_type text;
     v_rel regclass;
     v_result jsonb;
-    v_exec jsonb;
-    v_key text;
-    v_delta bigint;
-    v_own bigint := 0;
-    v_other text [] := '{}';
-    v_partitioned boolean;
-    v_locks jsonb;
-    v_state text;
-    v_msg text;
-    v_fail jsonb;
-    v_tree_text text;
-    v_rows bigint := 0;
-    v_watched boolean;
-    v_logged bigint;
-    v_log jsonb;
 BEGIN
-    IF coalesce(btrim(p_statement, E' \t\r\n\f\v;'), '') = '' THEN
-        RETURN agentdb_private.not_done('invalid', 'sql_error', 'the statement is empty');
-    END IF;
-    IF length(p_statement) > agentdb_private.max_sql_chars() THEN
-        RETURN agentdb_private.not_done('invalid', 'too_large',
-            format('the statement is %s characters, the limit is %s', length(p_statement),
-                   agentdb_private.max_sql_chars()));
-    END IF;
-    -- A cheap first look; the plan below is what decides.
-    IF v_word IS NULL OR v_word NOT IN ('insert', 'update', 'delete') THEN
-        RETURN agentdb_private.not_done('refused', 'sql_not_dml',
-            format('only INSERT, UPDATE or DELETE may be run, not %s', coalesce(upper(left(v_word, 30)), 'this')));
-    END IF;
-    v_action := v_word;
-    IF p_expect_rows IS NULL OR p_expect_rows < 1 THEN
-        RETURN agentdb_private.not_done('invalid', 'expect_rows_required',
-            'expect_rows (how many rows the statement must change, at least 1) is required')
-            || jsonb_build_object('sql_action', v_action);
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM agentdb_private.sql_tables) THEN
-        RETURN agentdb_private.not_done('refused', 'table_not_allowed', 'no table is enabled for run_sql')
-            || jsonb_build_object('sql_action', v_action);
-    END IF;
-
-    -- 1. Parsed as the writer: one statement, every name resolved, nothing
-    -- planned or run yet. 2. Every function and operator it calls allowed,
-    -- and no subquery, join, function or VALUES in FROM, before it is planned
-    -- (planning already runs immutable functions of constants). 3. The
-    -- server's plan, as the writer.
-    v_path := agentdb_private.sql_search_path();
-    BEGIN
-        PERFORM agentdb_private.sql_writer_parse(p_statement, v_path);
-        v_tree_text := agentdb_private.sql_query_tree(p_statement, v_path);
-        v_fail := coalesce(agentdb_private.sql_call_refusal(v_tree_text),
-                           agentdb_private.sql_shape_refusal(v_tree_text, v_action));
-        IF v_fail IS NULL THEN
-            v_plan := agentdb_private.sql_writer_plan(p_statement, v_path);
-        END IF;
-    EXCEPTION
-        WHEN query_canceled THEN
-            v_fail := agentdb_private.sql_prepare_failure('57014', NULL);
-        WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
-            v_fail := agentdb_private.sql_prepare_failure(v_state, v_msg);
-    END;
-    IF v_fail IS NOT NULL THEN
-        RETURN v_fail || jsonb_build_object('sql_action', v_action);
-    END IF;
-
-    -- 4. The plan must be one plain write of one enabled table (a rule on the
-    -- table can turn one statement into several plans).
-    IF jsonb_array_length(v_plan) <> 1 THEN
+    IF jsonb_array_length(p_plan) <> 1 THEN
         RETURN agentdb_private.not_done('refused', 'sql_not_simple',
-            format('the statement became %s statements (a rule on the table)', jsonb_array_length(v_plan)))
-            || jsonb_build_object('sql_action', v_action);
+            format('the statement became %s statements (a rule on the table)', jsonb_array_length(p_plan)))
+            || jsonb_build_object('sql_action', p_action);
     END IF;
-    v_root := v_plan -> 0 -> 'Plan';
+    v_root := p_plan -> 0 -> 'Plan';
     IF v_root ->> 'Node Type' IS DISTINCT FROM 'ModifyTable'
-            OR lower(v_root ->> 'Operation') IS DISTINCT FROM v_action THEN
+            OR lower(v_root ->> 'Operation') IS DISTINCT FROM p_action THEN
         RETURN agentdb_private.not_done('refused', 'sql_not_dml',
-            format('the statement is not a plain %s (the plan starts with %s %s)', upper(v_action),
+            format('the statement is not a plain %s (the plan starts with %s %s)', upper(p_action),
                    coalesce(v_root ->> 'Node Type', '?'), coalesce(v_root ->> 'Operation', '')))
-            || jsonb_build_object('sql_action', v_action);
+            || jsonb_build_object('sql_action', p_action);
     END IF;
     v_target := to_regclass(format('%I.%I', v_root ->> 'Schema', v_root ->> 'Relation Name'));
     SELECT * INTO v_reg FROM agentdb_private.sql_tables AS t WHERE t.target = v_target;
     IF NOT FOUND THEN
         RETURN agentdb_private.not_done('refused', 'table_not_allowed',
             format('%s is not enabled for run_sql', coalesce(v_target::text, '?')))
-            || jsonb_build_object('sql_action', v_action);
+            || jsonb_build_object('sql_action', p_action);
     END IF;
-    v_result := jsonb_build_object('sql_action', v_action, 'sql_target', v_target::oid);
+    v_result := jsonb_build_object('sql_action', p_action, 'sql_target', v_target::oid);
     IF v_root ->> 'Conflict Resolution' IS DISTINCT FROM NULL AND v_root ->> 'Conflict Resolution' <> 'NOTHING' THEN
         RETURN agentdb_private.not_done('refused', 'sql_not_simple',
             'ON CONFLICT DO UPDATE is not allowed (an upsert''s row count proves nothing)') || v_result;
@@ -641,7 +610,7 @@ BEGIN
         END IF;
         IF v_node ? 'Relation Name' THEN
             v_rel := to_regclass(format('%I.%I', v_node ->> 'Schema', v_node ->> 'Relation Name'));
-            IF v_rel IS NULL OR NOT v_rel::oid = ANY (v_tree) OR v_action = 'insert' THEN
+            IF v_rel IS NULL OR NOT v_rel::oid = ANY (v_tree) OR p_action = 'insert' THEN
                 RETURN agentdb_private.not_done('refused', 'sql_not_simple',
                     format('the statement reads %s; only the rows of %s it changes may be named',
                            coalesce(v_rel::text, v_node ->> 'Relation Name'), v_target)) || v_result;
@@ -650,23 +619,98 @@ BEGIN
     END LOOP;
     FOREACH v_node IN ARRAY v_nodes LOOP
         v_type := v_node ->> 'Node Type';
-        IF NOT v_type = ANY (CASE WHEN v_action = 'insert'
+        IF NOT v_type = ANY (CASE WHEN p_action = 'insert'
                 THEN ARRAY['Result', 'Values Scan']
                 ELSE ARRAY['Seq Scan', 'Index Scan', 'Index Only Scan', 'Bitmap Heap Scan', 'Bitmap Index Scan',
                            'BitmapAnd', 'BitmapOr', 'Tid Scan', 'Tid Range Scan', 'Append', 'Merge Append',
                            'Result'] END) THEN
             RETURN agentdb_private.not_done('refused', 'sql_not_simple',
                 format('%s is not allowed in an agent''s %s (only one table, no joins, subqueries or set '
-                       'operations)', v_type, upper(v_action))) || v_result;
+                       'operations)', v_type, upper(p_action))) || v_result;
         END IF;
         -- UPDATE/DELETE must name their rows: a scan of the table with no
         -- condition at all (no WHERE, or WHERE true / 1 = 1 folded away) is every row.
-        IF v_action <> 'insert' AND v_node ? 'Relation Name' AND v_type <> 'Bitmap Index Scan'
+        IF p_action <> 'insert' AND v_node ? 'Relation Name' AND v_type <> 'Bitmap Index Scan'
                 AND NOT (v_node ?| ARRAY['Filter', 'Index Cond', 'Recheck Cond', 'TID Cond']) THEN
             RETURN agentdb_private.not_done('refused', 'unbounded',
-                format('%s without a condition would change every row', upper(v_action))) || v_result;
+                format('%s without a condition would change every row', upper(p_action))) || v_result;
         END IF;
     END LOOP;
+    RETURN v_result;
+END
+$$;
+
+DROP FUNCTION IF EXISTS agentdb_private.sql_write(agentdb_private.tasks, text, integer);
+CREATE OR REPLACE FUNCTION agentdb_private.sql_write(
+    p_task agentdb_private.tasks, p_seq integer, p_statement text, p_expect_rows integer
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_word text := agentdb_private.sql_first_word(p_statement);
+    v_action text;
+    v_path text;
+    v_target regclass;
+    v_reg agentdb_private.sql_tables;
+    v_tree oid [];
+    v_result jsonb;
+    v_exec jsonb;
+    v_key text;
+    v_delta bigint;
+    v_own bigint := 0;
+    v_other text [] := '{}';
+    v_partitioned boolean;
+    v_locks jsonb;
+    v_state text;
+    v_msg text;
+    v_prepared jsonb;
+    v_fail jsonb;
+    v_rows bigint := 0;
+    v_watched boolean;
+    v_logged bigint;
+    v_log jsonb;
+BEGIN
+    IF coalesce(btrim(p_statement, E' \t\r\n\f\v;'), '') = '' THEN
+        RETURN agentdb_private.not_done('invalid', 'sql_error', 'the statement is empty');
+    END IF;
+    IF length(p_statement) > agentdb_private.max_sql_chars() THEN
+        RETURN agentdb_private.not_done('invalid', 'too_large',
+            format('the statement is %s characters, the limit is %s', length(p_statement),
+                   agentdb_private.max_sql_chars()));
+    END IF;
+    -- A cheap first look; the plan below is what decides.
+    IF v_word IS NULL OR v_word NOT IN ('insert', 'update', 'delete') THEN
+        RETURN agentdb_private.not_done('refused', 'sql_not_dml',
+            format('only INSERT, UPDATE or DELETE may be run, not %s', coalesce(upper(left(v_word, 30)), 'this')));
+    END IF;
+    v_action := v_word;
+    IF p_expect_rows IS NULL OR p_expect_rows < 1 THEN
+        RETURN agentdb_private.not_done('invalid', 'expect_rows_required',
+            'expect_rows (how many rows the statement must change, at least 1) is required')
+            || jsonb_build_object('sql_action', v_action);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM agentdb_private.sql_tables) THEN
+        RETURN agentdb_private.not_done('refused', 'table_not_allowed', 'no table is enabled for run_sql')
+            || jsonb_build_object('sql_action', v_action);
+    END IF;
+
+    -- 1-3. Parsed, its calls and shape checked, planned (sql_prepare).
+    v_path := agentdb_private.sql_search_path();
+    v_prepared := agentdb_private.sql_prepare(p_statement, v_path, v_action);
+    IF v_prepared ? 'outcome' THEN
+        RETURN v_prepared || jsonb_build_object('sql_action', v_action);
+    END IF;
+    -- 4. One plain write of one enabled table (sql_check_plan).
+    v_result := agentdb_private.sql_check_plan(v_prepared -> 'plan', v_action);
+    IF v_result ? 'outcome' THEN
+        RETURN v_result;
+    END IF;
+    v_target := (v_result ->> 'sql_target')::oid::regclass;
+    SELECT * INTO v_reg FROM agentdb_private.sql_tables AS t WHERE t.target = v_target;
+    SELECT array_agg(p.relid) INTO v_tree FROM pg_catalog.pg_partition_tree(v_target) AS p;
+    v_tree := coalesce(v_tree, ARRAY[v_target::oid]);
 
     -- 5. The same gate as invoke, now that the table is known.
     v_fail := agentdb_private.gate_checks(p_task, 'run_sql', agentdb_private.sql_tool(v_action, v_target));

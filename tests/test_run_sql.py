@@ -367,11 +367,16 @@ def test_statement_timeout_is_recorded_as_failed(sqldb, dsn):
         sqldb.execute("SET LOCAL statement_timeout = '200ms'")
         receipt = run(sqldb, task, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="failed", refusal="timeout")
-    # Planning runs immutable functions of constants: cancelled there, the same answer.
-    with sqldb.transaction():
-        sqldb.execute("SET LOCAL statement_timeout = '200ms'")
-        receipt = run(sqldb, task, "UPDATE stock SET sku = lpad('x', 200000000, 'y') WHERE sku = 'a'", 1)
+    # Cancelled before it ran (here waiting for the table's lock while it is parsed): the same
+    # answer, a recorded step (a huge constant folded while planning ends the same way).
+    with psycopg.connect(dsn) as holder:
+        holder.execute("LOCK TABLE public.stock IN ACCESS EXCLUSIVE MODE")
+        with sqldb.transaction():
+            sqldb.execute("SET LOCAL statement_timeout = '200ms'")
+            receipt = run(sqldb, task, "UPDATE stock SET qty = 2 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="failed", refusal="timeout")
+    assert "before it ran" in one(sqldb, "SELECT error FROM agentdb.v_steps WHERE step_id = %s",
+                                  (receipt["step_id"],))["error"]
     assert stock(sqldb)["a"] == 10
 
 

@@ -206,6 +206,20 @@ def test_a_shadowing_operator_is_refused(sqldb, agent):
     assert scalar(sqldb, "SELECT count(*) FROM public.secrets") == 1
 
 
+def test_where_current_of_a_session_cursor_is_refused(sqldb, role_connect):
+    """The agent's own cursor over the table (a DBA granted it SELECT) cannot stand in for WHERE."""
+    sqldb.execute("GRANT SELECT ON public.stock TO agentdb_agent")
+    agent = role_connect("agentdb_agent")
+    task = begin(sqldb)
+    with agent.transaction():
+        agent.execute("DECLARE c CURSOR FOR SELECT * FROM public.stock WHERE sku = 'a'")
+        agent.execute("FETCH 1 FROM c")
+        receipt = run(agent, task, "UPDATE stock SET qty = 1 WHERE CURRENT OF c", 1)
+    check_recorded(sqldb, receipt, outcome="refused", refusal="sql_not_simple")
+    assert stock(sqldb)["a"] == 10
+    assert sqlguard.check("UPDATE stock SET qty = 1 WHERE CURRENT OF c").code == "unsupported"
+
+
 # -- item 8: SQL syntax that maps to allowed functions --------------------------------------------
 
 SYNTAX = [
