@@ -238,6 +238,21 @@ def dist(cluster) -> str:
 
 
 @pytest.fixture
+def scratch(cluster):
+    """scratch('name') -> the DSN of a new Citus database on every node, dropped after the test."""
+    made: list[str] = []
+
+    def make(name: str) -> str:
+        full = f"pyagentdb_{name}_{os.getpid()}"
+        made.append(full)
+        return cluster.create_database(full)
+
+    yield make
+    for name in made:
+        cluster.drop(name)
+
+
+@pytest.fixture
 def db(dist) -> psycopg.Connection:
     """Owner connection to the coordinator, autocommit (one statement, one transaction)."""
     with psycopg.connect(dist, autocommit=True) as conn:

@@ -4,7 +4,6 @@ business tables of the user, a tool registered on a distributed table, delegatio
 from __future__ import annotations
 
 import json
-import os
 
 import psycopg
 import pytest
@@ -34,8 +33,8 @@ def test_refuses_a_worker(capsys, cluster, dist):
     assert "worker, not the coordinator" in json.loads(out)["error"]
 
 
-def test_refuses_a_database_without_the_schema(capsys, cluster):
-    dsn = cluster.create_database(f"pyagentdb_empty_{os.getpid()}")
+def test_refuses_a_database_without_the_schema(capsys, scratch):
+    dsn = scratch("empty")
     code, _, err = run_cli(capsys, "distribute", "--dsn", dsn)
     assert code == 1
     assert "not installed" in err and "pyagentdb install" in err
@@ -47,11 +46,11 @@ def test_refuses_twice(capsys, dist):
     assert "already distributed" in err
 
 
-def test_an_unready_schema_is_refused_whole(capsys, cluster):
+def test_an_unready_schema_is_refused_whole(capsys, scratch):
     """Without --force, a schema with problems is refused with every problem, and nothing moved."""
     if not readiness_problems():
         pytest.skip("the installed schema is ready: nothing to refuse")
-    dsn = cluster.create_database(f"pyagentdb_unready_{os.getpid()}")
+    dsn = scratch("unready")
     install.upgrade(dsn)
     code, out, _ = run_cli(capsys, "distribute", "--dsn", dsn, "--json")
     doc = json.loads(out)
@@ -62,8 +61,8 @@ def test_an_unready_schema_is_refused_whole(capsys, cluster):
         assert conn.execute("SELECT count(*) FROM pg_views WHERE schemaname = 'agentdb'").fetchone()[0] > 0
 
 
-def test_check_says_what_is_missing(capsys, cluster):
-    dsn = cluster.create_database(f"pyagentdb_check_{os.getpid()}")
+def test_check_says_what_is_missing(capsys, scratch):
+    dsn = scratch("check")
     install.upgrade(dsn)
     code, out, _ = run_cli(capsys, "distribute", "--check", "--json", "--dsn", dsn)
     doc = json.loads(out)
