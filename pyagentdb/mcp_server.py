@@ -158,10 +158,10 @@ def failure_result(exc: BaseException, lang: str = "en") -> types.CallToolResult
 
 def build_server(runtime: Runtime) -> Server:
     """The low-level MCP server: tools/list from the registry, tools/call through the runtime."""
+    types = _sdk()  # first: without the extra, this says how to install it
+
     import anyio
     from mcp.server.lowlevel import Server
-
-    types = _sdk()
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         tools = await anyio.to_thread.run_sync(runtime.tools)

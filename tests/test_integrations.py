@@ -3,8 +3,10 @@ turn (begin_task -> invoke -> report -> finalize_reply) against the test databas
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,43 @@ def test_node_turn(alice, dsn):
     assert out["verdict"]["verdict"] == "deliver" and out["status"] == "success"
     assert "Tools are closed" in out["report"]
     assert alice.execute("SELECT count(*) FROM reminders WHERE user_id = 'alice'").fetchone()[0] == 1
+
+
+def host_configs() -> list[dict]:
+    """The mcpServers JSON blocks of docs/integrations.md (Claude Desktop, Cursor)."""
+    text = (ROOT / "docs" / "integrations.md").read_text(encoding="utf-8")
+    found = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", text, re.S)]
+    return [config for config in found if "mcpServers" in config]
+
+
+def test_the_host_configs_start_the_server_as_written(alice, dsn):
+    """Each documented config, as Claude Desktop or Cursor would run it: the command (made this
+    machine's absolute path), its args and env (the test database for the DSN)."""
+    pytest.importorskip("mcp", reason="the [mcp] extra is absent (pip install -e '.[test]' installs it)")
+    import anyio
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    configs = host_configs()
+    assert len(configs) == 2
+    command = shutil.which("pyagentdb", path=os.path.dirname(sys.executable))
+    assert command and os.path.isabs(command)
+    for n, config in enumerate(configs):
+        (server,) = config["mcpServers"].values()
+        assert os.path.isabs(server["command"]) and server["command"].endswith("/bin/pyagentdb")
+        env = {**server.get("env", {}), "PYAGENTDB_DSN": dsn, "PATH": "/nonexistent"}  # no PATH lookup
+
+        async def main(server=server, env=env, n=n):
+            params = StdioServerParameters(command=command, args=server["args"], env=env)
+            with open(os.devnull, "w") as errlog:
+                async with stdio_client(params, errlog=errlog) as (read, write), \
+                        ClientSession(read, write) as client:
+                    await client.initialize()
+                    tools = (await client.list_tools()).tools
+                    result = await client.call_tool("add_reminder", {"content": f"host config {n}",
+                                                                     "remind_at": "2030-05-01 09:00+00"})
+                    return [t.name for t in tools], result
+
+        names, result = anyio.run(main)
+        assert "add_reminder" in names
+        assert not result.is_error and result.content[0].text.startswith("DONE"), result.content
+    assert alice.execute("SELECT count(*) FROM reminders WHERE user_id = 'alice'").fetchone()[0] == 2

@@ -12,12 +12,15 @@ import sys
 import time
 from pathlib import Path
 
-import anyio
 import pytest
-from helpers import FAR_TIME
-from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from pyagentdb import schemas
+pytest.importorskip("mcp", reason="the [mcp] extra is absent (pip install -e '.[test]' installs it)")
+
+import anyio  # noqa: E402
+from helpers import FAR_TIME  # noqa: E402
+from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
+
+from pyagentdb import schemas  # noqa: E402
 from pyagentdb.mcp_server import Identity, failure_result, identity_from
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -322,3 +325,30 @@ def test_an_unreachable_database_fails_at_once():
     assert done.returncode == 1 and done.stdout == ""
     assert "cannot connect" in done.stderr and "timeout" in done.stderr, done.stderr
     assert took < 25, f"{took:.1f} s: waited for the pool instead of failing after {CONNECT_TIMEOUT} s"
+
+
+BLOCK_MCP = """
+import sys
+class NoMcp:  # as if the optional extra [mcp] were not installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("mcp", "mcp_types"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, NoMcp())
+from pyagentdb.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_without_the_mcp_extra_it_says_how_to_install_it(courts, dsn):
+    done = subprocess.run([sys.executable, "-c", BLOCK_MCP, "mcp", "--dsn", dsn, "--user", "u1"],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1 and done.stdout == "", done.stderr
+    assert "pip install 'pyagentdb[mcp]'" in done.stderr and "Traceback" not in done.stderr
+    as_json = subprocess.run([sys.executable, "-c", BLOCK_MCP, "mcp", "--dsn", dsn, "--user", "u1", "--json"],
+                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    error = json.loads(as_json.stdout)["error"]
+    assert as_json.returncode == 1 and error["code"] == "missing_extra"
+    # Everything else works without the SDK: the tool definitions, for example.
+    tools = subprocess.run([sys.executable, "-c", BLOCK_MCP, "tools", "--dsn", dsn, "--format", "mcp",
+                            "--json"], capture_output=True, text=True, timeout=120)
+    assert tools.returncode == 0 and "propose_book_court" in tools.stdout, tools.stderr

@@ -92,6 +92,7 @@ def check_openai(tool: dict) -> None:
     _json_schema(tool["function"]["parameters"])
     if len(tool["function"]["description"]) > 1024:
         raise Malformed("description longer than 1024 characters")
+    check_openai_strict(tool)
 
 
 def check_openai_responses(tool: dict) -> None:
@@ -100,6 +101,7 @@ def check_openai_responses(tool: dict) -> None:
     _typed(FunctionToolParam, tool)
     _name(tool["name"])
     _json_schema(tool["parameters"])
+    check_openai_strict(tool)
 
 
 def check_anthropic(tool: dict) -> None:
@@ -121,6 +123,68 @@ def check_mcp(tool: dict) -> None:
         raise Malformed("unknown annotation")
     _name(tool["name"])
     _json_schema(tool["inputSchema"])
+
+
+# OpenAI strict mode ("Structured Outputs": supported schemas), as rules over a whole schema.
+STRICT_ALLOWED = {"type", "properties", "required", "additionalProperties", "items", "description", "title",
+                  "enum", "const", "anyOf", "format", "pattern", "minimum", "maximum", "exclusiveMinimum",
+                  "exclusiveMaximum", "multipleOf", "minItems", "maxItems"}
+STRICT_TYPES = {"string", "number", "integer", "boolean", "object", "array", "null"}
+
+
+def check_strict(schema: dict) -> None:
+    """Every object: all properties required, additionalProperties false; every node typed with
+    strict mode's keywords only; nesting at most 10 deep, at most 5000 properties in all."""
+    counted = [0]
+
+    def walk(node, depth, where):
+        if not isinstance(node, dict):
+            raise Malformed(f"{where}: not a schema")
+        if depth > 10:
+            raise Malformed(f"{where}: nested deeper than 10 levels")
+        unknown = set(node) - STRICT_ALLOWED
+        if unknown:
+            raise Malformed(f"{where}: keyword(s) strict mode refuses: {sorted(unknown)}")
+        if "type" not in node and "anyOf" not in node:
+            raise Malformed(f"{where}: schema must have a 'type' key")
+        types = node.get("type", [])
+        types = types if isinstance(types, list) else [types]
+        if set(types) - STRICT_TYPES:
+            raise Malformed(f"{where}: unknown type {types}")
+        if "object" in types:
+            props = node.get("properties")
+            if not isinstance(props, dict) or node.get("additionalProperties") is not False:
+                raise Malformed(f"{where}: an object needs properties and additionalProperties: false")
+            if sorted(node.get("required", [])) != sorted(props):
+                raise Malformed(f"{where}: required must list every property")
+            counted[0] += len(props)
+            for name, prop in props.items():
+                walk(prop, depth + 1, f"{where}.{name}")
+        if "array" in types:
+            walk(node.get("items"), depth + 1, f"{where}[]")
+        for i, sub in enumerate(node.get("anyOf", [])):
+            walk(sub, depth + 1, f"{where}|{i}")
+
+    walk(schema, 1, "$")
+    if schema.get("type") != "object":
+        raise Malformed("the root must be an object")
+    if counted[0] > 5000:
+        raise Malformed("more than 5000 properties")
+
+
+def check_openai_strict(tool: dict) -> None:
+    from agents.strict_schema import ensure_strict_json_schema
+
+    parameters = tool["function"]["parameters"] if "function" in tool else tool["parameters"]
+    if (tool.get("function") or tool).get("strict") is not True:
+        raise Malformed("not marked strict")
+    check_strict(parameters)
+    try:  # the Agents SDK's own strict conversion must find nothing to change
+        converted = ensure_strict_json_schema(copy.deepcopy(parameters))
+    except Exception as exc:
+        raise Malformed(f"openai-agents refuses it: {exc}") from exc
+    if converted != parameters:
+        raise Malformed("openai-agents had to change it to make it strict")
 
 
 CHECKS = {"openai": check_openai, "openai-responses": check_openai_responses,
@@ -203,6 +267,15 @@ def test_a_malformed_definition_fails_the_check(catalog, fmt):
         broken(lambda d: schema_of(d)["properties"].update(bad={"type": "colour"})),
         broken(lambda d: schema_of(d).update(anyOf=[{"required": ["content"]}])),
     ]
+    if fmt.startswith("openai"):  # strict mode
+        def first_optional_dropped(d):
+            schema = schema_of(d)
+            schema["required"] = schema["required"][1:]
+        cases.append(broken(first_optional_dropped))
+        cases.append(broken(lambda d: schema_of(d).update(additionalProperties=True)))
+        cases.append(broken(lambda d: schema_of(d).update(minProperties=1)))
+        cases.append(broken(lambda d: schema_of(d)["properties"].update(meta={"type": "object"})))
+        cases.append(broken(lambda d: (d.get("function") or d).update(strict=False)))
     if fmt == "openai":
         cases.append(broken(lambda d: d.update(type="custom")))
         cases.append(broken(lambda d: d["function"].update(parameter={})))  # misspelt
@@ -325,6 +398,69 @@ def test_from_rows_without_a_connection(catalog):
     assert tool_schemas(rows, "mcp") == tool_schemas(Client(catalog), "mcp")
     with pytest.raises(ValueError, match="unknown format"):
         tool_schemas(rows, "gemini")
+
+
+def test_strict_definitions_keep_what_the_plain_ones_say(catalog):
+    tools = {t.name: t for t in exposed_tools(catalog)}
+    note = tools["add_note"].strict_schema["properties"]
+    assert note["title"]["type"] == "string"  # required stays non-null
+    assert note["due"] == {"type": ["string", "null"], "format": "date"}  # optional: nullable
+    assert note["tags"]["items"] == {"type": ["string", "number", "boolean"]}
+    assert note["meta"]["type"] == ["string", "null"] and "JSON text" in note["meta"]["description"]
+    cancel = tools["propose_cancel_bookings"].strict_schema["properties"]
+    assert cancel["where"]["type"] == ["string", "null"]  # an open condition map: JSON text
+    assert tools["revise_draft"].strict_schema["properties"]["args"]["type"] == "string"
+    finish = tools["finish_reminders"].strict_schema["properties"]
+    assert "minProperties" not in finish["where"] and finish["where"]["required"] == list(
+        finish["where"]["properties"])
+    for tool in tools.values():  # the plain definitions are untouched
+        assert "null" not in json.dumps(tool.input_schema)
+
+
+def test_strict_calls_are_read_back_as_plain_arguments(catalog):
+    client = Client(catalog)
+    tools = exposed_tools(catalog)
+    task = begin(catalog)
+    note = dispatch(client, task, "add_note", json.dumps(
+        {"title": "t", "tags": None, "meta": '{"a": [1, 2]}', "due": None, "amount": None, "at_time": None}),
+        tools=tools, strict=True)
+    assert note["outcome"] == "success" and note["verified"], note
+    assert catalog.execute("SELECT meta, due FROM notes").fetchone() == ({"a": [1, 2]}, None)
+    for n in range(2):
+        dispatch(client, task, "add_reminder", {"content": f"r{n}", "remind_at": FAR_TIME}, tools=tools)
+    bulk = dispatch(client, task, "finish_reminders", {
+        "id": None, "content": None, "remind_at": None, "done": None,
+        "where": {"content": None, "remind_at": None, "done": False},
+        "set": {"content": None, "remind_at": None, "done": True}, "expect_rows": 2},
+        tools=tools, strict=True)
+    assert bulk["outcome"] == "success" and bulk["affected_rows"] == 2, bulk
+    # JSON text that does not parse: the database refuses the call, with a step and an audit row.
+    bad = dispatch(client, task, "add_note", {"title": "t", "tags": None, "meta": "{nope", "due": None,
+                                              "amount": None, "at_time": None}, tools=tools, strict=True)
+    assert bad["outcome"] == "invalid" and not bad["verified"], bad
+    assert catalog.execute("SELECT count(*) FROM agentdb.v_audit WHERE task_id = %s AND tool = 'add_note'",
+                           (task,)).fetchone()[0] == 2
+    not_json = dispatch(client, task, "add_reminder", "{not json", tools=tools, strict=True)
+    assert not_json["outcome"] == "invalid", not_json
+    assert catalog.execute("SELECT count(*) FROM notes").fetchone()[0] == 1
+
+
+def test_strict_revise_and_bulk_delete_take_json_text(catalog):
+    client = Client(catalog)
+    tools = exposed_tools(catalog)
+    task = begin(catalog, conversation="c-strict")
+    proposal = dispatch(client, task, "propose_book_court", {"court": "3", "starts_at": FAR_TIME},
+                        tools=tools, strict=True)
+    revised = dispatch(client, task, "revise_draft", {"draft": proposal["ordinal"], "args": json.dumps(
+        {"court": "4", "starts_at": FAR_TIME})}, tools=tools, strict=True)
+    assert revised["outcome"] == "proposed" and revised["ordinal"] == 2, revised
+    # The database checks the new args against the tool that made the draft (docs: strict mode).
+    wrong = dispatch(client, task, "revise_draft", {"draft": 2, "args": '{"court": "4", "colour": "red"}'},
+                     tools=tools, strict=True)
+    assert wrong["outcome"] == "invalid" and not wrong["verified"], wrong
+    delete = dispatch(client, task, "propose_cancel_bookings", {"id": None, "where": '{"court": "4"}',
+                                                                "expect_rows": 1}, tools=tools, strict=True)
+    assert delete["outcome"] == "proposed", delete
 
 
 # -- calls through the generated tools ------------------------------------------------

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psycopg
@@ -24,10 +26,13 @@ def cli(*argv, env=None, stdin=None):
 
 
 @pytest.fixture
-def data_dir(tmp_path):
-    path = tmp_path / "pg"
+def data_dir():
+    """Not under pytest's tmp_path: the embedded server runs as another user under root, and pytest
+    resets its base temp dir to 0700 at each session start (sessions share it here)."""
+    path = Path(tempfile.mkdtemp(prefix="pyagentdb-server-")) / "pg"
     yield path
     cli("server", "stop", "--data-dir", str(path))
+    shutil.rmtree(path.parent, ignore_errors=True)
 
 
 def test_start_keeps_the_server_running_until_stop(data_dir):

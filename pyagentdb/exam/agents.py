@@ -124,8 +124,10 @@ class ExamContext:
         """Chat-completions tool definitions, the same as `pyagentdb tools --format openai` gives."""
         return [t.as_openai() for t in self.exposed()]
 
-    def call_exposed(self, name: str, arguments: Any, *, call_id: str | None = None) -> dict:
-        """Run a model's tool call by its exposed name through pyagentdb.schemas.dispatch."""
+    def call_exposed(self, name: str, arguments: Any, *, call_id: str | None = None,
+                     strict: bool = True) -> dict:
+        """Run a model's tool call by its exposed name through pyagentdb.schemas.dispatch
+        (strict: made against openai_tools(), OpenAI strict-mode definitions)."""
         from ..schemas import dispatch, find_tool, split_bulk
 
         tool = find_tool(self.exposed(), name)
@@ -133,7 +135,7 @@ class ExamContext:
             data = {"outcome": "refused", "refusal": "not_offered", "verified": False, "tool": name,
                     "detail": f"the tool {name!r} is not offered in this scenario"}
         else:
-            data = dispatch(self.client, self.task_id, tool, arguments, call_id=call_id)
+            data = dispatch(self.client, self.task_id, tool, arguments, call_id=call_id, strict=strict)
         options: dict = {}
         args = arguments
         if tool is not None and tool.kind in ("invoke", "propose"):

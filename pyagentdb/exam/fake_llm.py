@@ -4,6 +4,11 @@ No model: a `script` function receives each request body and returns the
 assistant message to send back ({"content": ...} or {"tool_calls": [...]}).
 Every request body is kept in `.requests`.
 
+The same server speaks Anthropic's Messages API on POST /v1/messages and OpenAI's Responses
+API on POST /v1/responses (what the Agents SDK uses by default): the request is shown to the
+script in chat-completions form (tool_use / function_call -> tool_calls, tool_result /
+function_call_output -> a "tool" message) and its answer is sent back in the API's own shape.
+
     with FakeChatServer(by_request({"Remind me": [call("add_reminder", {...}), say("I've set it.")]})) as srv:
         agent = ChatAgent(srv.base_url, "fake-model")
 
@@ -107,8 +112,104 @@ def from_transcript(transcript, scenarios) -> Script:
     return by_request(plans)
 
 
+# -- Anthropic Messages API <-> the chat-completions form scripts are written in ----------
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content or []
+                   if isinstance(b, dict) and b.get("type") == "text")
+
+
+def chat_form(body: dict) -> dict:
+    """An Anthropic Messages request as a chat-completions body (for the script)."""
+    messages: list[dict] = []
+    if body.get("system"):
+        messages.append({"role": "system", "content": _text_of(body["system"])})
+    for m in body.get("messages", []):
+        content = m.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+        if m.get("role") == "assistant":
+            uses = [b for b in blocks if b.get("type") == "tool_use"]
+            messages.append({"role": "assistant", "content": _text_of(blocks) or None, **({"tool_calls": [
+                {"id": b["id"], "type": "function",
+                 "function": {"name": b["name"], "arguments": json.dumps(b.get("input", {}))}}
+                for b in uses]} if uses else {})})
+            continue
+        for b in blocks:
+            if b.get("type") == "tool_result":
+                messages.append({"role": "tool", "tool_call_id": b.get("tool_use_id"),
+                                 "content": _text_of(b.get("content"))})
+        if any(b.get("type") == "text" for b in blocks):
+            messages.append({"role": "user", "content": _text_of(blocks)})
+    return {**body, "messages": messages}
+
+
+def messages_response(message: dict, n: int, model: str) -> dict:
+    """A script's assistant message as an Anthropic Messages response."""
+    content: list[dict] = [{"type": "text", "text": message["content"]}] if message.get("content") else []
+    for tc in message.get("tool_calls") or []:
+        fn = tc["function"]
+        content.append({"type": "tool_use", "id": tc["id"], "name": fn["name"],
+                        "input": json.loads(fn.get("arguments") or "{}")})
+    return {"id": f"msg_fake_{n}", "type": "message", "role": "assistant", "model": model,
+            "content": content, "stop_reason": "tool_use" if message.get("tool_calls") else "end_turn",
+            "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
+
+
+# -- OpenAI Responses API <-> the chat-completions form ------------------------------------
+def chat_form_responses(body: dict) -> dict:
+    """A Responses API request as a chat-completions body (for the script)."""
+    messages: list[dict] = []
+    if body.get("instructions"):
+        messages.append({"role": "system", "content": body["instructions"]})
+    items = body.get("input") or []
+    for item in [{"role": "user", "content": items}] if isinstance(items, str) else items:
+        kind = item.get("type", "message")
+        if kind == "function_call":
+            if not (messages and messages[-1]["role"] == "assistant" and "tool_calls" in messages[-1]):
+                messages.append({"role": "assistant", "content": None, "tool_calls": []})
+            messages[-1]["tool_calls"].append({"id": item["call_id"], "type": "function", "function": {
+                "name": item["name"], "arguments": item.get("arguments") or "{}"}})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            messages.append({"role": "tool", "tool_call_id": item.get("call_id"),
+                             "content": output if isinstance(output, str) else _text_of(output)})
+        elif kind == "message":
+            content = item.get("content")
+            text = content if isinstance(content, str) else "".join(
+                b.get("text", "") for b in content or [] if isinstance(b, dict))
+            messages.append({"role": item.get("role", "user"), "content": text})
+    return {**body, "messages": messages}
+
+
+def responses_response(message: dict, n: int, model: str) -> dict:
+    """A script's assistant message as a Responses API response."""
+    output: list[dict] = []
+    if message.get("content"):
+        output.append({"type": "message", "id": f"msg_fake_{n}", "status": "completed", "role": "assistant",
+                       "content": [{"type": "output_text", "text": message["content"], "annotations": []}]})
+    for tc in message.get("tool_calls") or []:
+        output.append({"type": "function_call", "id": f"fc_{tc['id']}", "call_id": tc["id"],
+                       "status": "completed", "name": tc["function"]["name"],
+                       "arguments": tc["function"].get("arguments") or "{}"})
+    return {"id": f"resp_fake_{n}", "object": "response", "created_at": 0, "model": model,
+            "status": "completed", "output": output, "parallel_tool_calls": True, "tool_choice": "auto",
+            "tools": [],
+            "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
+                      "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}}}
+
+
+API = {  # route -> (request as the script sees it, response from the script's message)
+    "/messages": (chat_form, messages_response), "/v1/messages": (chat_form, messages_response),
+    "/responses": (chat_form_responses, responses_response),
+    "/v1/responses": (chat_form_responses, responses_response),
+}
+
+
 class FakeChatServer:
-    """Serves POST /chat/completions and /v1/chat/completions from a script, in a thread."""
+    """Serves POST /chat/completions and /v1/chat/completions (OpenAI), /v1/responses (OpenAI
+    Responses) and /v1/messages (Anthropic) from a script, in a thread."""
 
     def __init__(self, script: Script, *, host: str = "127.0.0.1", port: int = 0,
                  require_key: str | None = None):
@@ -130,10 +231,15 @@ class FakeChatServer:
                 self.wfile.write(data)
 
             def do_POST(self) -> None:  # noqa: N802
-                if self.path.rstrip("/") not in ("/chat/completions", "/v1/chat/completions"):
+                path = self.path.split("?")[0].rstrip("/")
+                anthropic = path in ("/messages", "/v1/messages")
+                other = API.get(path)
+                if not other and path not in ("/chat/completions", "/v1/chat/completions"):
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return
-                if server.require_key and self.headers.get("Authorization") != f"Bearer {server.require_key}":
+                key = self.headers.get("x-api-key") if anthropic else self.headers.get("Authorization")
+                wanted = server.require_key if anthropic else f"Bearer {server.require_key}"
+                if server.require_key and key != wanted:
                     self._send(401, {"error": {"message": "invalid api key"}})
                     return
                 length = int(self.headers.get("Content-Length") or 0)
@@ -144,11 +250,15 @@ class FakeChatServer:
                     return
                 server.requests.append(body)
                 try:
-                    message = dict(server.script(body))
+                    message = dict(server.script(other[0](body) if other else body))
                 except Exception as exc:  # a broken script is a 500, as a real server would give
                     self._send(500, {"error": {"message": f"script failed: {exc}"}})
                     return
                 message.setdefault("role", "assistant")
+                if other:
+                    n, model = len(server.requests), body.get("model", "fake")
+                    self._send(200, other[1](message, n, model))
+                    return
                 finish = "tool_calls" if message.get("tool_calls") else "stop"
                 self._send(200, {
                     "id": f"chatcmpl-fake-{len(server.requests)}", "object": "chat.completion",
@@ -162,8 +272,15 @@ class FakeChatServer:
 
     @property
     def base_url(self) -> str:
+        """For OpenAI clients (they append /chat/completions)."""
         host, port = self.httpd.server_address[:2]
         return f"http://{host}:{port}/v1"
+
+    @property
+    def root_url(self) -> str:
+        """For Anthropic clients (they append /v1/messages)."""
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
 
     def start(self) -> FakeChatServer:
         self.thread.start()

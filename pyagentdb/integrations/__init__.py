@@ -1,0 +1,21 @@
+"""Adapters that put pyagentdb between an agent framework and the user (docs/integrations.md).
+
+Every adapter does the same, through one `Turn` per user message:
+
+1. begins the task (`agentdb.begin_task`, with `expects_action` when it offers tools, and the
+   user's time zone when given);
+2. offers the registry's tools in the framework's own shape;
+3. runs each tool call through the database (`schemas.dispatch`, the model's call id as
+   `call_id`) and gives the model the receipt;
+4. puts the model's final text through the exit gate (report, `finalize_reply`, `finish_task`);
+5. returns a `Reply` whose `text` is the gate's: the only text meant for the user.
+
+- `openai_chat`: the OpenAI Chat Completions tool loop (`pip install 'pyagentdb[openai]'`)
+- `openai_agents`: OpenAI Agents SDK `FunctionTool`s and an output guardrail (`[agents]`)
+- `anthropic_messages`: the Anthropic Messages tool-use loop (`[anthropic]`)
+- `langchain_graph`: LangChain tools and a LangGraph gate step (`[langchain]`)
+"""
+
+from .turn import Reply, Turn, TurnError
+
+__all__ = ["Reply", "Turn", "TurnError"]
