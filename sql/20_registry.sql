@@ -43,6 +43,101 @@ BEGIN
 END
 $$;
 
+-- Check a tool's definition before it is stored: raises with a message that
+-- says what to fix. Returns the key columns (the primary key when none given).
+CREATE OR REPLACE FUNCTION agentdb_private.check_tool(p_tool agentdb_private.tools)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_cols text [];
+    v_keys text [];
+    v_col text;
+    v_kind "char";
+    v_proc record;
+BEGIN
+    IF p_tool.name IS NULL OR p_tool.name !~ '^[a-z][a-z0-9_]{0,62}$' THEN
+        RAISE EXCEPTION 'tool name % is not valid', coalesce(quote_literal(p_tool.name), 'NULL')
+            USING HINT = 'Use lower-case letters, digits and underscores, starting with a letter.',
+                  ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_tool.action IS NULL OR p_tool.action NOT IN ('insert', 'update', 'delete') THEN
+        RAISE EXCEPTION 'tool %: action must be insert, update or delete, not %', p_tool.name, coalesce(p_tool.action, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_tool.risk IS NULL OR p_tool.risk NOT IN ('read', 'write', 'irreversible') THEN
+        RAISE EXCEPTION 'tool %: risk must be read, write or irreversible, not %', p_tool.name, coalesce(p_tool.risk, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_tool.confirm_ttl IS NOT NULL AND p_tool.confirm_ttl <= interval '0' THEN
+        RAISE EXCEPTION 'tool %: confirm_ttl must be positive, not %', p_tool.name, p_tool.confirm_ttl
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_tool.target IS NULL THEN
+        RAISE EXCEPTION 'tool %: target table is required', p_tool.name USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT c.relkind INTO v_kind FROM pg_catalog.pg_class AS c WHERE c.oid = p_tool.target;
+    IF v_kind NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION 'tool %: % is not a table', p_tool.name, p_tool.target
+            USING HINT = 'Tools write to ordinary or partitioned tables, not views or sequences.',
+                  ERRCODE = 'wrong_object_type';
+    END IF;
+    IF (SELECT n.nspname FROM pg_catalog.pg_class AS c
+            JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace WHERE c.oid = p_tool.target)
+            IN ('agentdb', 'agentdb_private', 'pg_catalog', 'information_schema') THEN
+        RAISE EXCEPTION 'tool %: % belongs to agentdb or the system and cannot be a tool target', p_tool.name, p_tool.target
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF coalesce(trim(p_tool.label_zh), '') = '' OR coalesce(trim(p_tool.label_en), '') = '' THEN
+        RAISE EXCEPTION 'tool %: both label_zh and label_en are required', p_tool.name
+            USING HINT = 'Labels are the everyday phrase a user sees, e.g. 记一条提醒 / set a reminder.',
+                  ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    SELECT array_agg(t.column_name) INTO v_cols FROM agentdb_private.table_columns(p_tool.target) AS t;
+    v_keys := coalesce(p_tool.key_columns, agentdb_private.primary_key(p_tool.target));
+    IF cardinality(v_keys) = 0 THEN
+        RAISE EXCEPTION 'tool %: % has no primary key, so key_columns must be given', p_tool.name, p_tool.target
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    FOREACH v_col IN ARRAY v_keys || coalesce(p_tool.compare_columns, '{}') || coalesce(p_tool.dedup_columns, '{}')
+            || ARRAY[p_tool.owner_column, p_tool.version_column] LOOP
+        IF v_col IS NOT NULL AND NOT v_col = ANY (v_cols) THEN
+            RAISE EXCEPTION 'tool %: table % has no column %', p_tool.name, p_tool.target, quote_literal(v_col)
+                USING HINT = format('Columns of %s: %s', p_tool.target, array_to_string(v_cols, ', ')),
+                      ERRCODE = 'undefined_column';
+        END IF;
+    END LOOP;
+
+    IF p_tool.dedup_columns IS NOT NULL AND p_tool.action <> 'insert' THEN
+        RAISE EXCEPTION 'tool %: dedup_columns only apply to insert tools', p_tool.name
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_tool.version_column IS NOT NULL AND p_tool.action <> 'update' THEN
+        RAISE EXCEPTION 'tool %: version_column only applies to update tools', p_tool.name
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- The claim classes a tool p_tool.backs are those of the exit gate (sql/claim_patterns.json).
+    PERFORM agentdb_private.check_backs(p_tool.name, p_tool.backs);
+
+    IF p_tool.conflict_check IS NOT NULL THEN
+        SELECT p.pronargs, p.proargtypes::oid [] AS argtypes, p.prorettype INTO v_proc
+          FROM pg_catalog.pg_proc AS p WHERE p.oid = p_tool.conflict_check;
+        IF v_proc.pronargs <> 2 OR v_proc.argtypes[0] <> 'text'::regtype
+                OR v_proc.argtypes[1] <> 'jsonb'::regtype
+                OR v_proc.prorettype NOT IN ('text'::regtype, 'jsonb'::regtype) THEN
+            RAISE EXCEPTION 'tool %: conflict check % must take (user_id text, args jsonb) and return text or jsonb', p_tool.name, p_tool.conflict_check
+                USING HINT = 'Return NULL when there is no conflict, or the reason as text (or jsonb {reason, alternative}).',
+                      ERRCODE = 'invalid_parameter_value';
+        END IF;
+        PERFORM agentdb_private.check_search_path(p_tool.conflict_check, p_tool.name);
+    END IF;
+    RETURN v_keys;
+END
+$$;
+
 -- Earlier signature (before backs): dropped so named calls stay unambiguous.
 DROP FUNCTION IF EXISTS agentdb.register_tool(
     text, text, regclass, text, text, text[], text, text[], text[], regprocedure, text, text, text,
@@ -76,90 +171,24 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_cols text [];
+    v_tool agentdb_private.tools;
     v_keys text [];
-    v_col text;
-    v_kind "char";
-    v_proc record;
 BEGIN
-    IF name IS NULL OR name !~ '^[a-z][a-z0-9_]{0,62}$' THEN
-        RAISE EXCEPTION 'tool name % is not valid', coalesce(quote_literal(name), 'NULL')
-            USING HINT = 'Use lower-case letters, digits and underscores, starting with a letter.',
-                  ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF action IS NULL OR action NOT IN ('insert', 'update', 'delete') THEN
-        RAISE EXCEPTION 'tool %: action must be insert, update or delete, not %', name, coalesce(action, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF risk IS NULL OR risk NOT IN ('read', 'write', 'irreversible') THEN
-        RAISE EXCEPTION 'tool %: risk must be read, write or irreversible, not %', name, coalesce(risk, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF confirm_ttl IS NOT NULL AND confirm_ttl <= interval '0' THEN
-        RAISE EXCEPTION 'tool %: confirm_ttl must be positive, not %', name, confirm_ttl
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF target IS NULL THEN
-        RAISE EXCEPTION 'tool %: target table is required', name USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    SELECT c.relkind INTO v_kind FROM pg_catalog.pg_class AS c WHERE c.oid = target;
-    IF v_kind NOT IN ('r', 'p') THEN
-        RAISE EXCEPTION 'tool %: % is not a table', name, target
-            USING HINT = 'Tools write to ordinary or partitioned tables, not views or sequences.',
-                  ERRCODE = 'wrong_object_type';
-    END IF;
-    IF (SELECT n.nspname FROM pg_catalog.pg_class AS c
-            JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace WHERE c.oid = target)
-            IN ('agentdb', 'agentdb_private', 'pg_catalog', 'information_schema') THEN
-        RAISE EXCEPTION 'tool %: % belongs to agentdb or the system and cannot be a tool target', name, target
-            USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    IF coalesce(trim(label_zh), '') = '' OR coalesce(trim(label_en), '') = '' THEN
-        RAISE EXCEPTION 'tool %: both label_zh and label_en are required', name
-            USING HINT = 'Labels are the everyday phrase a user sees, e.g. 记一条提醒 / set a reminder.',
-                  ERRCODE = 'invalid_parameter_value';
-    END IF;
-
-    SELECT array_agg(t.column_name) INTO v_cols FROM agentdb_private.table_columns(target) AS t;
-    v_keys := coalesce(key_columns, agentdb_private.primary_key(target));
-    IF cardinality(v_keys) = 0 THEN
-        RAISE EXCEPTION 'tool %: % has no primary key, so key_columns must be given', name, target
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-
-    FOREACH v_col IN ARRAY v_keys || coalesce(compare_columns, '{}') || coalesce(dedup_columns, '{}')
-            || ARRAY[owner_column, version_column] LOOP
-        IF v_col IS NOT NULL AND NOT v_col = ANY (v_cols) THEN
-            RAISE EXCEPTION 'tool %: table % has no column %', name, target, quote_literal(v_col)
-                USING HINT = format('Columns of %s: %s', target, array_to_string(v_cols, ', ')),
-                      ERRCODE = 'undefined_column';
-        END IF;
-    END LOOP;
-
-    IF dedup_columns IS NOT NULL AND action <> 'insert' THEN
-        RAISE EXCEPTION 'tool %: dedup_columns only apply to insert tools', name
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF version_column IS NOT NULL AND action <> 'update' THEN
-        RAISE EXCEPTION 'tool %: version_column only applies to update tools', name
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-
-    -- The claim classes a tool backs are those of the exit gate (sql/claim_patterns.json).
-    PERFORM agentdb_private.check_backs(name, backs);
-
-    IF conflict_check IS NOT NULL THEN
-        SELECT p.pronargs, p.proargtypes::oid [] AS argtypes, p.prorettype INTO v_proc
-          FROM pg_catalog.pg_proc AS p WHERE p.oid = conflict_check;
-        IF v_proc.pronargs <> 2 OR v_proc.argtypes[0] <> 'text'::regtype
-                OR v_proc.argtypes[1] <> 'jsonb'::regtype
-                OR v_proc.prorettype NOT IN ('text'::regtype, 'jsonb'::regtype) THEN
-            RAISE EXCEPTION 'tool %: conflict check % must take (user_id text, args jsonb) and return text or jsonb', name, conflict_check
-                USING HINT = 'Return NULL when there is no conflict, or the reason as text (or jsonb {reason, alternative}).',
-                      ERRCODE = 'invalid_parameter_value';
-        END IF;
-        PERFORM agentdb_private.check_search_path(conflict_check, name);
-    END IF;
+    v_tool.name := register_tool.name;
+    v_tool.action := register_tool.action;
+    v_tool.target := register_tool.target;
+    v_tool.label_zh := register_tool.label_zh;
+    v_tool.label_en := register_tool.label_en;
+    v_tool.key_columns := register_tool.key_columns;
+    v_tool.owner_column := register_tool.owner_column;
+    v_tool.compare_columns := register_tool.compare_columns;
+    v_tool.dedup_columns := register_tool.dedup_columns;
+    v_tool.conflict_check := register_tool.conflict_check;
+    v_tool.risk := register_tool.risk;
+    v_tool.version_column := register_tool.version_column;
+    v_tool.confirm_ttl := register_tool.confirm_ttl;
+    v_tool.backs := register_tool.backs;
+    v_keys := agentdb_private.check_tool(v_tool);
 
     INSERT INTO agentdb_private.tools AS t (
         name, action, target, label_zh, label_en, description, key_columns, owner_column,
@@ -185,9 +214,12 @@ BEGIN
         updated_at = excluded.created_at;
 
     -- Watch the target (sql/63_watch.sql): its change log names rows by the
-    -- primary key, or by the tool's key when the table has none.
+    -- primary key, or by the tool's key when the table has none, and chains
+    -- each row under its owner.
     PERFORM agentdb_private.watch_table(target,
-        coalesce(nullif(agentdb_private.primary_key(target), '{}'), v_keys));
+        coalesce(nullif(agentdb_private.primary_key(target), '{}'), v_keys), register_tool.owner_column);
+    -- Compile the tool (sql/42_compile.sql): invoke runs this code, and nothing else.
+    PERFORM agentdb_private.compile_tool(register_tool.name);
 
     RETURN (SELECT to_jsonb(t) FROM agentdb.tools AS t WHERE t.name = register_tool.name);
 END
@@ -195,14 +227,24 @@ $$;
 
 CREATE OR REPLACE FUNCTION agentdb.unregister_tool(name text)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH gone AS (
-        DELETE FROM agentdb_private.tools AS t WHERE t.name = unregister_tool.name RETURNING 1
-    )
-    SELECT count(*) > 0 FROM gone
+DECLARE
+    v_gone boolean;
+BEGIN
+    DELETE FROM agentdb_private.tools AS t WHERE t.name = unregister_tool.name;
+    v_gone := FOUND;
+    IF v_gone THEN
+        PERFORM set_config('agentdb.compiling', 'on', true);
+        EXECUTE format('DROP FUNCTION IF EXISTS agentdb_tools.%I(text, jsonb, integer, bigint, text, boolean, text)',
+                       unregister_tool.name);
+        PERFORM agentdb_private.compile_dispatch();
+        PERFORM set_config('agentdb.compiling', '', true);
+    END IF;
+    RETURN v_gone;
+END
 $$;
 
 -- Grant WRITE or DELETE to a user, for one tool, one table, or (both NULL) every tool.
@@ -258,17 +300,21 @@ AS $$
 $$;
 
 -- Does this user hold the permission for this tool (by tool, by table, or for all)?
+-- No SET clause: called only inside agentdb's functions (search_path pinned).
+-- PL/pgSQL: its plan is kept for the session (an SQL function with a query
+-- would be planned again in every call).
 CREATE OR REPLACE FUNCTION agentdb_private.has_permission(
     p_user text, p_permission text, p_tool text, p_target regclass
 )
 RETURNS boolean
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT EXISTS (
+BEGIN
+    RETURN EXISTS (
         SELECT 1 FROM agentdb_private.permissions AS p
          WHERE p.user_id = p_user
            AND p.permission = p_permission
            AND (p.tool = p_tool OR p.target = p_target OR (p.tool IS NULL AND p.target IS NULL))
-    )
+    );
+END
 $$;

@@ -1,13 +1,20 @@
 -- agentdb.invoke: the agent's only way to write. See docs/sql-api.md.
+--
+-- The envelope of every guarded call (invoke, confirm, the approval worker,
+-- propose, request_approval and run_sql): step_open locks the task and finds a
+-- replay, step_gate decides whether the call may run, and record_step
+-- (sql/45_record.sql) writes the step and audit rows. Each rule lives in one
+-- of them.
 
 -- The next step number of a task (callers hold the task row lock, so seq
 -- stays continuous under concurrent calls).
 CREATE OR REPLACE FUNCTION agentdb_private.next_seq(p_task uuid)
 RETURNS integer
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT coalesce(max(s.seq), 0) + 1 FROM agentdb_private.steps AS s WHERE s.task_id = p_task
+BEGIN
+    RETURN (SELECT coalesce(max(s.seq), 0) + 1 FROM agentdb_private.steps AS s WHERE s.task_id = p_task);
+END
 $$;
 
 -- The checks every entry point makes before touching a target: task known,
@@ -18,7 +25,6 @@ CREATE OR REPLACE FUNCTION agentdb_private.gate_checks(
 )
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_needed text := CASE WHEN p_tool.action = 'delete' THEN 'DELETE' ELSE 'WRITE' END;
@@ -42,9 +48,105 @@ BEGIN
 END
 $$;
 
--- One guarded call, shared by invoke, confirm and the approval worker.
--- p_confirmed: the user already confirmed this exact call (a draft or an
--- approved action), so a tool that needs confirmation may run.
+-- Open a guarded call on a task:
+--   * outside READ COMMITTED the call is refused before anything is locked (an
+--     older snapshot would hide a racing call's rows: a duplicate decided on
+--     it, a step number taken twice); the task is read, not locked;
+--   * the task row is locked (FOR UPDATE); an unknown task leaves task.id as
+--     asked and seq NULL (the refusal is then audited without a step);
+--   * prior: the receipt of an earlier call with this call_id (a replay);
+--   * call_id: the call_id as stored: NULL when too long to be one, or when an
+--     agent's call_id takes a prefix reserved for confirm and the worker
+--     (draft:, action:), so it can never pose as a confirmation's step.
+CREATE OR REPLACE FUNCTION agentdb_private.step_open(
+    p_task uuid, p_call_id text, p_confirmed boolean,
+    OUT task agentdb_private.tasks, OUT seq integer, OUT call_id text, OUT started timestamptz,
+    OUT prior jsonb, OUT refusal jsonb
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    started := clock_timestamp();
+    call_id := CASE WHEN length(p_call_id) <= 200 AND (p_confirmed OR p_call_id !~ '^(draft|action):') THEN p_call_id END;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        SELECT * INTO task FROM agentdb_private.tasks AS t WHERE t.id = p_task;
+        refusal := agentdb_private.not_done('refused', 'isolation_level',
+            format('agentdb calls run in READ COMMITTED; this transaction is %s',
+                   upper(current_setting('transaction_isolation'))));
+    ELSE
+        SELECT * INTO task FROM agentdb_private.tasks AS t WHERE t.id = p_task FOR UPDATE;
+    END IF;
+    IF task.id IS NULL THEN
+        task.id := p_task;
+        refusal := coalesce(refusal, agentdb_private.not_done('refused', 'unknown_task', format('no task %s', p_task)));
+        RETURN;
+    END IF;
+    IF refusal IS NULL THEN
+        prior := agentdb_private.prior_receipt(task.id, call_id);
+    END IF;
+    seq := agentdb_private.next_seq(task.id);
+END
+$$;
+
+-- May this call run? The gate checks, then the call_id rules, then whether
+-- the tool needs the user's confirmation (p_confirmed: it has it), then
+-- whether its compiled code is current. p_permission_later: the caller checks
+-- the permission itself once it knows the table (run_sql). NULL: it may run.
+CREATE OR REPLACE FUNCTION agentdb_private.step_gate(
+    p_task agentdb_private.tasks, p_tool_name text, p_tool agentdb_private.tools, p_call_id text,
+    p_confirmed boolean, p_permission_later boolean DEFAULT false
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_refusal jsonb := agentdb_private.gate_checks(p_task, p_tool_name, p_tool);
+    v_stale text;
+BEGIN
+    IF p_permission_later AND v_refusal ->> 'refusal' = 'no_permission' THEN
+        v_refusal := NULL;
+    END IF;
+    IF v_refusal IS NOT NULL THEN
+        RETURN v_refusal;
+    ELSIF length(p_call_id) > 200 THEN
+        RETURN agentdb_private.not_done('invalid', 'bad_call_id', 'call_id is longer than 200 characters');
+    ELSIF NOT p_confirmed AND p_call_id ~ '^(draft|action):' THEN
+        RETURN agentdb_private.not_done('invalid', 'bad_call_id',
+            'call_ids starting with draft: or action: are reserved for confirm and the approval worker');
+    ELSIF NOT p_confirmed AND (p_tool.needs_confirm OR p_tool.risk = 'irreversible') THEN
+        RETURN agentdb_private.not_done('needs_confirmation', 'needs_confirmation',
+            'this tool needs the user''s confirmation: propose a draft instead');
+    END IF;
+    -- A registered tool (run_sql's stand-in has no created_at) runs only through current code.
+    IF p_tool.created_at IS NOT NULL THEN
+        v_stale := agentdb_private.tool_stale(p_tool);
+    END IF;
+    IF v_stale IS NOT NULL THEN
+        RETURN agentdb_private.not_done('refused', 'stale_tool',
+            format('tool %s is stale (%s): re-register it or SELECT agentdb.compile_tools()', p_tool.name, v_stale));
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- Run a tool's compiled write (a dry run: only its checks). The compiled code
+-- turns whatever happens into a result; a tool without compiled code is refused.
+CREATE OR REPLACE FUNCTION agentdb_private.step_run(
+    p_tool agentdb_private.tools, p_task agentdb_private.tasks, p_args jsonb, p_expect_rows integer,
+    p_version bigint, p_call text, p_dry boolean
+)
+RETURNS jsonb
+LANGUAGE sql
+AS $$
+    SELECT coalesce(
+        agentdb_tools._run(p_tool.name, p_task.user_id, p_args, p_expect_rows, p_version, p_call, p_dry, p_task.lang),
+        agentdb_private.not_done('refused', 'stale_tool',
+            format('tool %s has no compiled function: SELECT agentdb.compile_tools()', p_tool.name)))
+$$;
+
+-- One guarded call through a compiled tool, shared by invoke, confirm and the
+-- approval worker. p_confirmed: the user already confirmed this exact call (a
+-- draft or an approved action), so a tool that needs confirmation may run.
 CREATE OR REPLACE FUNCTION agentdb_private.invoke_core(
     p_task uuid,
     p_tool text,
@@ -57,75 +159,26 @@ CREATE OR REPLACE FUNCTION agentdb_private.invoke_core(
 )
 RETURNS jsonb
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_started timestamptz := clock_timestamp();
-    -- A call_id too long to be one is refused and not stored (it could not be indexed).
-    -- 'draft:' and 'action:' call_ids belong to confirm and the worker: from an
-    -- agent's call they are refused and not stored, so they cannot pose as a
-    -- confirmation's step (a pre-seeded 'draft:<id>' would be replayed by confirm).
-    v_call_id text := CASE WHEN length(p_call_id) <= 200 AND (p_confirmed OR p_call_id !~ '^(draft|action):')
-                           THEN p_call_id END;
-    v_task agentdb_private.tasks;
+    s record;
     v_tool agentdb_private.tools;
-    v_seq integer;
-    v_prior jsonb;
     v_result jsonb;
-    v_state text;
-    v_msg text;
 BEGIN
-    v_result := agentdb_private.refuse_isolation(p_task, p_tool, p_args, p_reason);
-    IF v_result IS NOT NULL THEN
-        RETURN v_result;
+    s := agentdb_private.step_open(p_task, p_call_id, p_confirmed);
+    IF s.prior IS NOT NULL THEN
+        RETURN s.prior;
     END IF;
-    -- Unknown task: nothing to attach a step to, but the attempt is audited
-    -- under the id that was asked for (no step row: seq is NULL).
-    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = p_task FOR UPDATE;
-    IF NOT FOUND THEN
-        v_task.id := p_task;
-        RETURN agentdb_private.record_step(v_task, NULL, left(p_tool, 200), NULL, p_args,
-            p_reason, v_call_id, v_started,
-            agentdb_private.not_done('refused', 'unknown_task', format('no task %s', p_task)));
-    END IF;
-
-    -- The same call_id in a task returns the first receipt and writes nothing.
-    v_prior := agentdb_private.prior_receipt(v_task.id, v_call_id);
-    IF v_prior IS NOT NULL THEN
-        RETURN v_prior;
-    END IF;
-
-    v_seq := agentdb_private.next_seq(v_task.id);
     IF coalesce(trim(p_tool), '') <> '' THEN
         SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = p_tool;
     END IF;
-
-    v_result := agentdb_private.gate_checks(v_task, p_tool, v_tool);
-    IF v_result IS NULL AND p_call_id IS NOT NULL AND length(p_call_id) > 200 THEN
-        v_result := agentdb_private.not_done('invalid', 'bad_call_id', 'call_id is longer than 200 characters');
-    END IF;
-    IF v_result IS NULL AND NOT p_confirmed AND p_call_id ~ '^(draft|action):' THEN
-        v_result := agentdb_private.not_done('invalid', 'bad_call_id',
-            'call_ids starting with draft: or action: are reserved for confirm and the approval worker');
-    END IF;
-    IF v_result IS NULL AND NOT p_confirmed AND (v_tool.needs_confirm OR v_tool.risk = 'irreversible') THEN
-        v_result := agentdb_private.not_done('needs_confirmation', 'needs_confirmation',
-            'this tool needs the user''s confirmation: propose a draft instead');
-    END IF;
-
+    v_result := coalesce(s.refusal, agentdb_private.step_gate(s.task, p_tool, v_tool, p_call_id, p_confirmed));
     IF v_result IS NULL THEN
-        BEGIN
-            v_result := agentdb_private.guarded_write(v_tool, v_task.user_id, p_args,
-                                                      p_expect_rows, p_expected_version, v_task.id, v_seq);
-        EXCEPTION WHEN OTHERS THEN
-            -- A bug or an odd table must still end as a recorded, structured refusal.
-            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
-            v_result := agentdb_private.not_done('failed', 'error', format('%s (SQLSTATE %s)', v_msg, v_state));
-        END;
+        v_result := agentdb_private.step_run(v_tool, s.task, p_args, p_expect_rows, p_expected_version,
+                                             (s.task).id::text || ':' || s.seq, false);
     END IF;
-
-    RETURN agentdb_private.record_step(v_task, v_seq, left(p_tool, 200), v_tool, p_args,
-        p_reason, v_call_id, v_started, v_result);
+    RETURN agentdb_private.record_step(s.task, s.seq, left(p_tool, 200), v_tool, p_args, p_reason, s.call_id,
+                                       s.started, v_result);
 END
 $$;
 
@@ -141,12 +194,14 @@ CREATE OR REPLACE FUNCTION agentdb.invoke(
     expected_version bigint DEFAULT NULL
 )
 RETURNS jsonb
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT agentdb_private.invoke_core(
+BEGIN
+    RETURN agentdb_private.invoke_core(
         invoke.task, invoke.tool, invoke.args, invoke.call_id, invoke.reason,
         invoke.expect_rows, invoke.expected_version, false
-    )
+    );
+END
 $$;

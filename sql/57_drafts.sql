@@ -58,9 +58,40 @@ BEGIN
 END
 $$;
 
+-- Store a draft: ordinals count per user and conversation (1, 2, 3 ... as the
+-- user sees them), serialised by an advisory lock of that conversation.
+CREATE OR REPLACE FUNCTION agentdb_private.store_draft(
+    p_task agentdb_private.tasks, p_tool agentdb_private.tools, p_args jsonb, p_expect_rows integer
+)
+RETURNS agentdb_private.drafts
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_draft agentdb_private.drafts;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('agentdb-draft|' || p_task.user_id || '|' || p_task.conversation_id, 0));
+    INSERT INTO agentdb_private.drafts (
+        user_id, conversation_id, task_id, ordinal, tool, args, args_hash, expect_rows,
+        summary_zh, summary_en, expires_at
+    ) VALUES (
+        p_task.user_id, p_task.conversation_id, p_task.id,
+        (SELECT coalesce(max(d.ordinal), 0) + 1 FROM agentdb_private.drafts AS d
+          WHERE d.user_id = p_task.user_id AND d.conversation_id = p_task.conversation_id),
+        p_tool.name, p_args, agentdb_private.args_hash(p_args), p_expect_rows,
+        agentdb_private.summarize(p_tool, p_args, 'zh'), agentdb_private.summarize(p_tool, p_args, 'en'),
+        clock_timestamp() + p_tool.confirm_ttl
+    ) RETURNING * INTO v_draft;
+    INSERT INTO agentdb_private.audit (task_id, user_id, tool, action, target, status, outcome, detail)
+    VALUES (p_task.id, p_task.user_id, p_tool.name, 'propose', p_tool.target::text, 'SUCCESS', 'proposed',
+            format('draft %s (%s), expires %s', v_draft.ordinal, v_draft.id, v_draft.expires_at));
+    RETURN v_draft;
+END
+$$;
+
 -- Propose a call of a tool that needs confirmation. Nothing is written to the
--- target: the call is checked by a dry run that stops before the statement
--- (arguments, duplicate, conflict), so no trigger of the target runs.
+-- target: the call is checked by a dry run of the compiled tool that stops
+-- before the statement (arguments, duplicate, conflict), so no trigger of the
+-- target runs. Refusals are steps, as for invoke.
 CREATE OR REPLACE FUNCTION agentdb.propose(
     task uuid, tool text, args jsonb, reason text DEFAULT NULL, expect_rows integer DEFAULT NULL
 )
@@ -70,62 +101,41 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_task agentdb_private.tasks;
+    s record;
     v_tool agentdb_private.tools;
     v_dry jsonb;
-    v_ordinal integer;
     v_draft agentdb_private.drafts;
     v_lang text;
+    v_summary text;
 BEGIN
-    v_dry := agentdb_private.refuse_isolation(propose.task, propose.tool, propose.args, propose.reason);
-    IF v_dry IS NOT NULL THEN
-        RETURN v_dry;
-    END IF;
-    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = propose.task FOR UPDATE;
+    s := agentdb_private.step_open(propose.task, NULL, true);
     SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = propose.tool;
-    v_dry := agentdb_private.gate_checks(v_task, propose.tool, v_tool);
+    v_dry := coalesce(s.refusal, agentdb_private.step_gate(s.task, propose.tool, v_tool, NULL, true));
     IF v_dry IS NULL THEN
-        -- Dry run: the guarded write's checks, without its statement.
-        v_dry := agentdb_private.guarded_write(v_tool, v_task.user_id, propose.args, propose.expect_rows, NULL,
-                                               p_dry => true);
+        v_dry := agentdb_private.step_run(v_tool, s.task, propose.args, propose.expect_rows, NULL, NULL, true);
         IF v_dry ->> 'outcome' = 'success' THEN
             v_dry := NULL;
         END IF;
     END IF;
     IF v_dry IS NOT NULL THEN
-        RETURN agentdb_private.record_refusal(v_task, propose.task, propose.tool, v_tool, propose.args,
-            propose.reason, v_dry);
+        RETURN agentdb_private.record_step(s.task, s.seq, left(propose.tool, 200), v_tool, propose.args,
+                                           propose.reason, NULL, s.started, v_dry);
     END IF;
 
-    -- Ordinals count per conversation: 1, 2, 3 ... as the user sees them.
-    PERFORM pg_advisory_xact_lock(hashtextextended('agentdb-draft|' || v_task.user_id || '|' || v_task.conversation_id, 0));
-    SELECT coalesce(max(d.ordinal), 0) + 1 INTO v_ordinal FROM agentdb_private.drafts AS d
-     WHERE d.user_id = v_task.user_id AND d.conversation_id = v_task.conversation_id;
-    INSERT INTO agentdb_private.drafts (
-        user_id, conversation_id, task_id, ordinal, tool, args, args_hash, expect_rows,
-        summary_zh, summary_en, expires_at
-    ) VALUES (
-        v_task.user_id, v_task.conversation_id, v_task.id, v_ordinal, v_tool.name, propose.args,
-        agentdb_private.args_hash(propose.args), propose.expect_rows,
-        agentdb_private.summarize(v_tool, propose.args, 'zh'), agentdb_private.summarize(v_tool, propose.args, 'en'),
-        clock_timestamp() + v_tool.confirm_ttl
-    ) RETURNING * INTO v_draft;
-    v_lang := v_task.lang;
-    INSERT INTO agentdb_private.audit (task_id, user_id, tool, action, target, status, outcome, detail)
-    VALUES (v_task.id, v_task.user_id, v_tool.name, 'propose', v_tool.target::text, 'SUCCESS', 'proposed',
-            format('draft %s (%s), expires %s', v_draft.ordinal, v_draft.id, v_draft.expires_at));
+    v_draft := agentdb_private.store_draft(s.task, v_tool, propose.args, propose.expect_rows);
+    v_lang := (s.task).lang;
+    v_summary := CASE WHEN v_lang = 'en' THEN v_draft.summary_en ELSE v_draft.summary_zh END;
     RETURN jsonb_build_object(
         'outcome', 'proposed',
         'draft_id', v_draft.id,
         'ordinal', v_draft.ordinal,
         'tool', v_tool.name,
         'label', CASE WHEN v_lang = 'en' THEN v_tool.label_en ELSE v_tool.label_zh END,
-        'summary', CASE WHEN v_lang = 'en' THEN v_draft.summary_en ELSE v_draft.summary_zh END,
+        'summary', v_summary,
         'expires_at', v_draft.expires_at,
         'verified', false,
-        'detail', agentdb_private.msg('draft.proposed', v_lang, jsonb_build_object(
-            'ordinal', v_draft.ordinal,
-            'summary', CASE WHEN v_lang = 'en' THEN v_draft.summary_en ELSE v_draft.summary_zh END)),
+        'detail', agentdb_private.msg('draft.proposed', v_lang,
+                                      jsonb_build_object('ordinal', v_draft.ordinal, 'summary', v_summary)),
         'instruction', agentdb_private.msg('draft.instruction', v_lang,
             jsonb_build_object('ordinal', v_draft.ordinal)));
 END
@@ -161,9 +171,38 @@ BEGIN
 END
 $$;
 
--- Confirm a draft: run it once, through the same guarded write as invoke,
--- only if every condition of the boundary holds. Each refusal is a step with
--- its own reason and honest message.
+-- Why a resolved draft may not be confirmed in this task, or NULL. The order
+-- matters: the most telling reason first.
+CREATE OR REPLACE FUNCTION agentdb_private.draft_refusal(
+    p_task agentdb_private.tasks, p_draft agentdb_private.drafts, p_tool agentdb_private.tools
+)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE
+        WHEN p_draft.status IN ('confirmed', 'failed') THEN 'draft_used'
+        WHEN p_draft.status = 'superseded' THEN 'draft_superseded'
+        WHEN p_draft.status = 'rejected' THEN 'draft_rejected'
+        WHEN p_draft.status = 'expired' OR p_draft.expires_at < clock_timestamp() THEN 'draft_expired'
+        WHEN p_draft.task_id = p_task.id OR p_draft.shown_in_task = p_task.id THEN 'draft_same_turn'
+        WHEN p_draft.shown_in_task IS NULL THEN 'draft_not_shown'
+        -- The confirming message was written before the draft was shown to the user.
+        WHEN p_draft.shown_at > p_task.created_at THEN 'draft_not_shown'
+        WHEN (SELECT t.created_at FROM agentdb_private.tasks AS t WHERE t.id = p_draft.shown_in_task)
+             >= p_task.created_at THEN 'draft_same_turn'
+        WHEN p_draft.args_hash <> agentdb_private.args_hash(p_draft.args) THEN 'draft_tampered'
+        -- A step under this draft's call_id that confirm did not make (the draft is still
+        -- proposed) was planted, e.g. by run_sql: confirm would replay it as the draft's write.
+        WHEN EXISTS (SELECT 1 FROM agentdb_private.steps AS s
+                      WHERE s.task_id = p_task.id AND s.call_id = 'draft:' || p_draft.id::text)
+            THEN 'draft_tampered'
+        WHEN p_tool.name IS NULL THEN 'unknown_tool'
+    END
+$$;
+
+-- Confirm a draft: run it once, through the same guarded call as invoke
+-- (invoke_core, call_id 'draft:<id>'), only if every condition of the
+-- boundary holds. Each refusal is a step with its own reason and honest message.
 CREATE OR REPLACE FUNCTION agentdb.confirm(task uuid, draft_ref text)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -171,76 +210,46 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_task agentdb_private.tasks;
+    s record;
     v_tool agentdb_private.tools;
     v_draft agentdb_private.drafts;
-    v_refusal text;
+    v_refusal jsonb;
     v_found record;
-    v_shown_task agentdb_private.tasks;
     v_receipt jsonb;
-    v_extra jsonb := '{}';
+    v_ref jsonb := jsonb_build_object('draft', left(draft_ref, 200));
 BEGIN
-    v_receipt := agentdb_private.refuse_isolation(confirm.task, 'confirm',
-        jsonb_build_object('draft', left(draft_ref, 200)), 'confirm');
-    IF v_receipt IS NOT NULL THEN
-        RETURN v_receipt;
+    s := agentdb_private.step_open(confirm.task, NULL, true);
+    IF s.refusal IS NOT NULL THEN
+        RETURN agentdb_private.record_step(s.task, s.seq, NULL, NULL, v_ref, 'confirm', NULL, s.started, s.refusal);
     END IF;
-    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = confirm.task FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN agentdb_private.record_refusal(v_task, confirm.task, NULL, NULL,
-            jsonb_build_object('draft', left(draft_ref, 200)), 'confirm',
-            agentdb_private.not_done('refused', 'unknown_task', format('no task %s', confirm.task)));
-    END IF;
-    SELECT * INTO v_found FROM agentdb_private.resolve_draft(v_task, coalesce(draft_ref, ''));
+    SELECT * INTO v_found FROM agentdb_private.resolve_draft(s.task, coalesce(draft_ref, ''));
     v_draft := v_found.draft;
-    v_refusal := v_found.refusal;
-    IF v_refusal IS NULL THEN
+    IF v_found.refusal IS NULL THEN
         SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = v_draft.tool;
         -- A repeated confirm in the same task returns the first receipt (no double write).
-        IF v_draft.status = 'confirmed' AND v_draft.closed_in_task = v_task.id THEN
-            RETURN agentdb_private.invoke_core(v_task.id, v_draft.tool, v_draft.args, 'draft:' || v_draft.id,
+        IF v_draft.status = 'confirmed' AND v_draft.closed_in_task = (s.task).id THEN
+            RETURN agentdb_private.invoke_core((s.task).id, v_draft.tool, v_draft.args, 'draft:' || v_draft.id,
                 NULL, v_draft.expect_rows, NULL, true);
         END IF;
-        SELECT * INTO v_shown_task FROM agentdb_private.tasks AS t WHERE t.id = v_draft.shown_in_task;
-        v_refusal := CASE
-            WHEN v_draft.status IN ('confirmed', 'failed') THEN 'draft_used'
-            WHEN v_draft.status = 'superseded' THEN 'draft_superseded'
-            WHEN v_draft.status = 'rejected' THEN 'draft_rejected'
-            WHEN v_draft.status = 'expired' OR v_draft.expires_at < clock_timestamp() THEN 'draft_expired'
-            WHEN v_draft.task_id = v_task.id OR v_draft.shown_in_task = v_task.id THEN 'draft_same_turn'
-            WHEN v_draft.shown_in_task IS NULL THEN 'draft_not_shown'
-            -- The confirming message was written before the draft was shown to the user.
-            WHEN v_draft.shown_at > v_task.created_at THEN 'draft_not_shown'
-            WHEN v_shown_task.created_at >= v_task.created_at THEN 'draft_same_turn'
-            WHEN v_draft.args_hash <> agentdb_private.args_hash(v_draft.args) THEN 'draft_tampered'
-            -- A step under this draft's call_id that confirm did not make (the draft is still
-            -- proposed) was planted, e.g. by run_sql: confirm would replay it as the draft's write.
-            WHEN EXISTS (SELECT 1 FROM agentdb_private.steps AS s
-                          WHERE s.task_id = v_task.id AND s.call_id = 'draft:' || v_draft.id::text)
-                THEN 'draft_tampered'
-            WHEN v_tool.name IS NULL THEN 'unknown_tool'
-        END;
-        IF v_refusal = 'draft_superseded' THEN
-            v_extra := jsonb_build_object('new_ordinal',
-                (SELECT d.ordinal FROM agentdb_private.drafts AS d WHERE d.id = v_draft.superseded_by));
-        END IF;
-        IF v_refusal = 'draft_expired' AND v_draft.status = 'proposed' THEN
-            UPDATE agentdb_private.drafts AS d SET status = 'expired', closed_at = clock_timestamp()
-             WHERE d.id = v_draft.id;
-        END IF;
+    END IF;
+    v_refusal := to_jsonb(coalesce(v_found.refusal, agentdb_private.draft_refusal(s.task, v_draft, v_tool)));
+    IF v_refusal #>> '{}' = 'draft_expired' AND v_draft.status = 'proposed' THEN
+        UPDATE agentdb_private.drafts AS d SET status = 'expired', closed_at = clock_timestamp() WHERE d.id = v_draft.id;
     END IF;
     IF v_refusal IS NOT NULL THEN
-        RETURN agentdb_private.record_refusal(v_task, confirm.task, coalesce(v_draft.tool, 'confirm'), v_tool,
-            jsonb_build_object('draft', left(draft_ref, 200)), 'confirm',
-            agentdb_private.not_done('refused', v_refusal, format('draft %s: %s', left(draft_ref, 200), v_refusal),
-                v_extra || jsonb_build_object('ordinal', v_draft.ordinal)));
+        RETURN agentdb_private.record_step(s.task, s.seq, coalesce(v_draft.tool, 'confirm'), v_tool, v_ref, 'confirm',
+            NULL, s.started, agentdb_private.not_done('refused', v_refusal #>> '{}',
+                format('draft %s: %s', left(draft_ref, 200), v_refusal #>> '{}'),
+                jsonb_build_object('ordinal', v_draft.ordinal) || CASE WHEN v_refusal #>> '{}' = 'draft_superseded'
+                    THEN jsonb_build_object('new_ordinal', (SELECT d.ordinal FROM agentdb_private.drafts AS d
+                                                             WHERE d.id = v_draft.superseded_by)) ELSE '{}' END));
     END IF;
 
-    v_receipt := agentdb_private.invoke_core(v_task.id, v_draft.tool, v_draft.args, 'draft:' || v_draft.id,
+    v_receipt := agentdb_private.invoke_core((s.task).id, v_draft.tool, v_draft.args, 'draft:' || v_draft.id,
         format('confirmed draft %s', v_draft.ordinal), v_draft.expect_rows, NULL, true);
     UPDATE agentdb_private.drafts AS d
        SET status = CASE WHEN v_receipt ->> 'outcome' = 'success' THEN 'confirmed' ELSE 'failed' END,
-           closed_in_task = v_task.id, closed_at = clock_timestamp(),
+           closed_in_task = (s.task).id, closed_at = clock_timestamp(),
            step_id = (v_receipt ->> 'step_id')::bigint
      WHERE d.id = v_draft.id;
     RETURN v_receipt || jsonb_build_object('draft_id', v_draft.id, 'ordinal', v_draft.ordinal);
@@ -255,17 +264,17 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_task agentdb_private.tasks;
+    s record;
     v_draft agentdb_private.drafts;
     v_refusal text;
     v_found record;
     v_new jsonb;
 BEGIN
-    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = revise.task FOR UPDATE;
-    IF NOT FOUND THEN
+    s := agentdb_private.step_open(revise.task, NULL, true);
+    IF s.refusal IS NOT NULL THEN
         RETURN agentdb.propose(revise.task, NULL, revise.args, revise.reason);
     END IF;
-    SELECT * INTO v_found FROM agentdb_private.resolve_draft(v_task, coalesce(draft_ref, ''));
+    SELECT * INTO v_found FROM agentdb_private.resolve_draft(s.task, coalesce(draft_ref, ''));
     v_draft := v_found.draft;
     v_refusal := v_found.refusal;
     IF v_refusal IS NULL AND v_draft.status <> 'proposed' THEN
@@ -273,9 +282,9 @@ BEGIN
                           WHEN 'expired' THEN 'draft_expired' ELSE 'draft_used' END;
     END IF;
     IF v_refusal IS NOT NULL THEN
-        RETURN agentdb_private.record_refusal(v_task, revise.task, coalesce(v_draft.tool, 'revise'),
+        RETURN agentdb_private.record_step(s.task, s.seq, coalesce(v_draft.tool, 'revise'),
             (SELECT t FROM agentdb_private.tools AS t WHERE t.name = v_draft.tool),
-            jsonb_build_object('draft', left(draft_ref, 200)), 'revise',
+            jsonb_build_object('draft', left(draft_ref, 200)), 'revise', NULL, s.started,
             agentdb_private.not_done('refused', v_refusal, format('draft %s: %s', left(draft_ref, 200), v_refusal)));
     END IF;
     v_new := agentdb.propose(revise.task, v_draft.tool, revise.args, coalesce(revise.reason, 'revision'),
@@ -283,7 +292,7 @@ BEGIN
     IF v_new ->> 'outcome' = 'proposed' THEN
         UPDATE agentdb_private.drafts AS d
            SET status = 'superseded', superseded_by = (v_new ->> 'draft_id')::uuid,
-               closed_in_task = v_task.id, closed_at = clock_timestamp()
+               closed_in_task = (s.task).id, closed_at = clock_timestamp()
          WHERE d.id = v_draft.id;
         v_new := v_new || jsonb_build_object('supersedes', v_draft.ordinal);
     END IF;

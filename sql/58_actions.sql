@@ -13,31 +13,27 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_task agentdb_private.tasks;
+    s record;
     v_tool agentdb_private.tools;
     v_refusal jsonb;
     v_action agentdb_private.actions;
+    v_summary text;
 BEGIN
-    v_refusal := agentdb_private.refuse_isolation(request_approval.task, request_approval.tool,
-        request_approval.args, request_approval.reason);
-    IF v_refusal IS NOT NULL THEN
-        RETURN v_refusal;
-    END IF;
-    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = request_approval.task FOR UPDATE;
+    s := agentdb_private.step_open(request_approval.task, NULL, true);
     SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = request_approval.tool;
-    v_refusal := agentdb_private.gate_checks(v_task, request_approval.tool, v_tool);
+    v_refusal := coalesce(s.refusal, agentdb_private.step_gate(s.task, request_approval.tool, v_tool, NULL, true));
     IF v_refusal IS NULL AND (request_approval.args IS NULL OR jsonb_typeof(request_approval.args) <> 'object') THEN
         v_refusal := agentdb_private.not_done('invalid', 'not_an_object', 'arguments must be a JSON object');
     END IF;
     IF v_refusal IS NOT NULL THEN
-        RETURN agentdb_private.record_refusal(v_task, request_approval.task, request_approval.tool, v_tool,
-            request_approval.args, request_approval.reason, v_refusal);
+        RETURN agentdb_private.record_step(s.task, s.seq, left(request_approval.tool, 200), v_tool, request_approval.args,
+                                           request_approval.reason, NULL, s.started, v_refusal);
     END IF;
     INSERT INTO agentdb_private.actions (
         user_id, conversation_id, task_id, tool, args, args_hash, expect_rows, reason,
         summary_zh, summary_en, expires_at
     ) VALUES (
-        v_task.user_id, v_task.conversation_id, v_task.id, v_tool.name, request_approval.args,
+        (s.task).user_id, (s.task).conversation_id, (s.task).id, v_tool.name, request_approval.args,
         agentdb_private.args_hash(request_approval.args), request_approval.expect_rows,
         left(request_approval.reason, 500),
         agentdb_private.summarize(v_tool, request_approval.args, 'zh'),
@@ -45,13 +41,12 @@ BEGIN
         clock_timestamp() + greatest(v_tool.confirm_ttl, interval '1 day')
     ) RETURNING * INTO v_action;
     INSERT INTO agentdb_private.audit (task_id, user_id, tool, action, target, status, outcome, detail)
-    VALUES (v_task.id, v_task.user_id, v_tool.name, 'request_approval', v_tool.target::text, 'SUCCESS',
+    VALUES ((s.task).id, (s.task).user_id, v_tool.name, 'request_approval', v_tool.target::text, 'SUCCESS',
             'pending_approval', format('action %s', v_action.id));
+    v_summary := CASE WHEN (s.task).lang = 'en' THEN v_action.summary_en ELSE v_action.summary_zh END;
     RETURN jsonb_build_object(
-        'outcome', 'pending_approval', 'action_id', v_action.id, 'verified', false,
-        'summary', CASE WHEN v_task.lang = 'en' THEN v_action.summary_en ELSE v_action.summary_zh END,
-        'detail', agentdb_private.msg('action.pending', v_task.lang, jsonb_build_object(
-            'summary', CASE WHEN v_task.lang = 'en' THEN v_action.summary_en ELSE v_action.summary_zh END)));
+        'outcome', 'pending_approval', 'action_id', v_action.id, 'verified', false, 'summary', v_summary,
+        'detail', agentdb_private.msg('action.pending', (s.task).lang, jsonb_build_object('summary', v_summary)));
 END
 $$;
 

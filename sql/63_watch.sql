@@ -58,9 +58,146 @@ BEGIN
 END
 $$;
 
--- AFTER, per statement. TG_ARGV: the watched table's oid, then its key columns.
--- Values are rendered with fixed settings so a row's jsonb does not depend on
--- the session (timestamps in UTC, floats exact, bytea as hex).
+-- The change-log rows of one statement, as records without their links, in the
+-- order they are chained: an UPDATE's old and new rows paired by key (rows
+-- whose key itself changed are paired in the order the statement updated
+-- them). Each row belongs to the tenant that owns it: the value of the table's
+-- owner column (p_owner), or '' when it has none.
+-- (Its return type changed during 0011's development: replace, not redefine.)
+DROP FUNCTION IF EXISTS agentdb_private.change_rows(oid, text, text, text[], text, jsonb[], jsonb[], uuid, integer);
+CREATE FUNCTION agentdb_private.change_rows(
+    p_oid oid, p_name text, p_owner text, p_keys text[], p_op text, p_old jsonb[], p_new jsonb[],
+    p_task uuid, p_seq integer
+)
+RETURNS agentdb_private.change_log[]
+LANGUAGE sql
+AS $$
+    WITH o AS (SELECT u.n, u.j, CASE WHEN cardinality(p_keys) = 1 THEN jsonb_build_object(p_keys[1], u.j -> p_keys[1])
+                                     ELSE (SELECT jsonb_object_agg(k, u.j -> k) FROM unnest(p_keys) AS k) END AS k
+                 FROM unnest(p_old) WITH ORDINALITY AS u (j, n)),
+    w AS (SELECT u.n, u.j, CASE WHEN cardinality(p_keys) = 1 THEN jsonb_build_object(p_keys[1], u.j -> p_keys[1])
+                                ELSE (SELECT jsonb_object_agg(k, u.j -> k) FROM unnest(p_keys) AS k) END AS k
+            FROM unnest(p_new) WITH ORDINALITY AS u (j, n)),
+    m AS (SELECT o.n AS o_n, w.n AS w_n, o.j AS o_j, w.j AS w_j, coalesce(w.k, o.k) AS k
+            FROM o FULL JOIN w ON o.k = w.k),
+    pairs AS (
+        SELECT CASE WHEN p_op = 'DELETE' THEN m.o_n ELSE m.w_n END AS n, m.k, m.o_j, m.w_j
+          FROM m WHERE p_op <> 'UPDATE' OR (m.o_n IS NOT NULL AND m.w_n IS NOT NULL)
+        UNION ALL
+        SELECT coalesce(lw.w_n, 0), coalesce(lw.k, lo.k), lo.o_j, lw.w_j
+          FROM (SELECT row_number() OVER (ORDER BY m.o_n) AS r, m.o_j, m.k FROM m
+                 WHERE p_op = 'UPDATE' AND m.w_n IS NULL) AS lo
+          FULL JOIN (SELECT row_number() OVER (ORDER BY m.w_n) AS r, m.w_n, m.w_j, m.k FROM m
+                      WHERE p_op = 'UPDATE' AND m.o_n IS NULL) AS lw ON lo.r = lw.r
+        UNION ALL
+        SELECT 1, NULL, NULL, NULL WHERE p_op = 'TRUNCATE'
+    )
+    -- Positional, in change_log's column order: a column added to change_log must
+    -- be added here too (the cast fails until it is).
+    SELECT array_agg(ROW(
+               nextval('agentdb_private.change_log_id_seq'::regclass), p_oid, p_name, p_op, p.k, p.o_j, p.w_j,
+               pg_current_xact_id(), p_task, p_seq, session_user, clock_timestamp(), NULL, NULL, NULL,
+               coalesce(coalesce(p.w_j, p.o_j) ->> nullif(p_owner, ''), ''),
+               coalesce(coalesce(p.w_j, p.o_j) ->> nullif(p_owner, ''), ''))::agentdb_private.change_log
+           ORDER BY p.n)
+      FROM pairs AS p
+$$;
+
+
+-- A compiled tool's own written row (sql/42_compile.sql), logged by the tool
+-- rather than by its statement's trigger, rendered with the same fixed
+-- settings as watch_log. p_call is the step's marker (task:seq).
+CREATE OR REPLACE FUNCTION agentdb_private.log_step_row(
+    p_oid oid, p_name text, p_owner text, p_keys text[], p_op text, p_call text, p_row anyelement
+)
+RETURNS void
+LANGUAGE plpgsql
+SET timezone = 'UTC'
+SET datestyle = 'ISO, YMD'
+SET intervalstyle = 'postgres'
+SET extra_float_digits = 1
+SET bytea_output = 'hex'
+AS $$
+BEGIN
+    PERFORM agentdb_private.log_change(p_oid, p_name, p_owner, p_keys, p_op,
+        CASE WHEN p_op = 'DELETE' THEN to_jsonb(p_row) END, CASE WHEN p_op <> 'DELETE' THEN to_jsonb(p_row) END,
+        split_part(p_call, ':', 1)::uuid, split_part(p_call, ':', 2)::integer);
+END
+$$;
+
+-- Insert a statement's change-log rows (several), each tenant's linked into a
+-- stripe of its chain (sql/64_chain.sql): every row built as a change_log
+-- record first, so its content is hashed exactly as agentdb.verify_chain reads
+-- it back.
+DROP FUNCTION IF EXISTS agentdb_private.log_changes(jsonb[]);
+CREATE OR REPLACE FUNCTION agentdb_private.log_changes(p_rows agentdb_private.change_log[])
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_tenant text;
+    v_tail record;
+    v_mine agentdb_private.change_log [];
+BEGIN
+    FOR v_tenant IN SELECT DISTINCT r.chain_tenant FROM unnest(p_rows) AS r LOOP
+        v_tail := agentdb_private.chain_claim('change', v_tenant);
+        -- jsonb_populate_record(base, small object) sets only the link's fields.
+        v_mine := ARRAY(SELECT r FROM unnest(p_rows) AS r WHERE r.chain_tenant = v_tenant);
+        WITH src AS (
+            SELECT g::bigint AS n, jsonb_populate_record(v_mine[g], jsonb_build_object(
+                       'chain_stripe', v_tail.stripe, 'chain_seq', v_tail.last_seq + g)) AS r
+              FROM generate_subscripts(v_mine, 1) AS g
+        ),
+        linked AS (
+            SELECT s.n, s.r, agentdb_private.chain_agg(s.c) OVER (ORDER BY s.n ROWS UNBOUNDED PRECEDING) AS h
+              FROM (SELECT 0::bigint AS n, NULL::agentdb_private.change_log AS r, v_tail.last_hash AS c
+                    UNION ALL
+                    SELECT src.n, src.r, agentdb_private.chain_content(to_jsonb(src.r)) FROM src) AS s
+        )
+        -- LATERAL: (f(x)).* would call f once per column.
+        INSERT INTO agentdb_private.change_log OVERRIDING SYSTEM VALUE
+        SELECT x.*
+          FROM linked AS l
+         CROSS JOIN LATERAL jsonb_populate_record(l.r, jsonb_build_object('hash', l.h)) AS x
+         WHERE l.n > 0;
+    END LOOP;
+END
+$$;
+
+-- One changed row (the common case): built as its change_log record, linked
+-- into its tenant's chain and inserted, without a set-based query.
+CREATE OR REPLACE FUNCTION agentdb_private.log_change(
+    p_oid oid, p_name text, p_owner text, p_keys text[], p_op text, p_old jsonb, p_new jsonb, p_task uuid,
+    p_seq integer
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_row jsonb := coalesce(p_new, p_old);
+    v_tenant text := coalesce(v_row ->> nullif(p_owner, ''), '');
+    v_rec agentdb_private.change_log;
+    v_tail record;
+BEGIN
+    v_tail := agentdb_private.chain_claim('change', v_tenant);
+    -- One ROW (change_log's column order, as in change_rows): field by field
+    -- assignments to a record variable cost twice as much.
+    v_rec := ROW(
+        nextval('agentdb_private.change_log_id_seq'::regclass), p_oid, p_name, p_op,
+        CASE WHEN cardinality(p_keys) = 1 THEN jsonb_build_object(p_keys[1], v_row -> p_keys[1])
+             ELSE (SELECT jsonb_object_agg(k, v_row -> k) FROM unnest(p_keys) AS k) END,
+        p_old, p_new, pg_current_xact_id(), p_task, p_seq, session_user, clock_timestamp(),
+        v_tail.stripe, v_tail.last_seq + 1, NULL, v_tenant, v_tenant)::agentdb_private.change_log;
+    v_rec.hash := sha256(v_tail.last_hash || agentdb_private.chain_content(to_jsonb(v_rec)));
+    INSERT INTO agentdb_private.change_log OVERRIDING SYSTEM VALUE SELECT v_rec.*;
+END
+$$;
+
+-- AFTER, per statement. TG_ARGV: the watched table's oid, 'owner:' and its
+-- owner column (nothing after the colon when it has none; triggers made before
+-- 0011 lack this argument), then its key columns. The transition tables are read
+-- into arrays first. Values are rendered with fixed settings so a row's jsonb
+-- does not depend on the session (timestamps in UTC, floats exact, bytea as hex).
 CREATE OR REPLACE FUNCTION agentdb_private.watch_log()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -74,38 +211,29 @@ SET bytea_output = 'hex'
 AS $$
 DECLARE
     v_oid oid := TG_ARGV[0]::oid;
+    v_owned boolean := TG_ARGV[1] LIKE 'owner:%';
     v_name text;
-    v_keys text [] := TG_ARGV[1:];
     v_call text := current_setting('agentdb.call', true);
     v_task uuid;
     v_seq integer;
-    v_tail record;
-    v_txid xid8;
-    v_at timestamptz := clock_timestamp();
-    v_first jsonb [];
-    v_old jsonb;
-    v_new jsonb;
-    v_rec agentdb_private.change_log;
+    v_old jsonb [];
+    v_new jsonb [];
+    v_owner text;
+    v_keys text [];
 BEGIN
-    -- The first two changed rows: none, one (the common case, logged with
-    -- no set-based query) or several.
-    IF TG_OP = 'DELETE' THEN
-        SELECT array_agg(x.j) INTO v_first FROM (SELECT to_jsonb(t.*) AS j FROM agentdb_old AS t LIMIT 2) AS x;
-    ELSIF TG_OP <> 'TRUNCATE' THEN
-        SELECT array_agg(x.j) INTO v_first FROM (SELECT to_jsonb(t.*) AS j FROM agentdb_new AS t LIMIT 2) AS x;
-        IF v_first IS NULL THEN
-            RETURN NULL;
-        END IF;
-    END IF;
-    IF TG_OP = 'DELETE' AND v_first IS NULL THEN
+    -- A compiled tool logs its own statement's rows (log_step_row): only the
+    -- statement it marked, at the trigger depth it named, steps aside here.
+    IF v_call LIKE '%:logged:%' AND split_part(v_call, ':', 4) = pg_trigger_depth()::text THEN
         RETURN NULL;
     END IF;
-
-    -- The guard (BEFORE, same statement) refused any marker not set by
-    -- agentdb; a dry run's marker names no step.
-    IF v_call ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:[0-9]{1,9}$' THEN
-        v_task := split_part(v_call, ':', 1)::uuid;
-        v_seq := split_part(v_call, ':', 2)::integer;
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        SELECT array_agg(to_jsonb(t.*)) INTO v_old FROM agentdb_old AS t;
+    END IF;
+    IF TG_OP IN ('UPDATE', 'INSERT') THEN
+        SELECT array_agg(to_jsonb(t.*)) INTO v_new FROM agentdb_new AS t;
+    END IF;
+    IF TG_OP <> 'TRUNCATE' AND v_old IS NULL AND v_new IS NULL THEN
+        RETURN NULL;
     END IF;
     IF TG_RELID = v_oid THEN
         v_name := quote_ident(TG_TABLE_SCHEMA) || '.' || quote_ident(TG_TABLE_NAME);
@@ -117,136 +245,47 @@ BEGIN
               WHERE c.oid = v_oid),
             v_oid::text);
     END IF;
-    v_txid := pg_current_xact_id();
-    v_tail := agentdb_private.chain_claim('change');
-
-    IF TG_OP = 'TRUNCATE' OR cardinality(v_first) = 1 THEN
-        IF TG_OP = 'INSERT' THEN
-            v_new := v_first[1];
-        ELSIF TG_OP = 'DELETE' THEN
-            v_old := v_first[1];
-        ELSIF TG_OP = 'UPDATE' THEN
-            v_new := v_first[1];
-            SELECT to_jsonb(t.*) INTO v_old FROM agentdb_old AS t;
-        END IF;
-        v_rec := ROW(
-            nextval('agentdb_private.change_log_id_seq'::regclass), v_oid, v_name, TG_OP,
-            CASE WHEN TG_OP = 'TRUNCATE' THEN NULL
-                 WHEN cardinality(v_keys) = 1 THEN jsonb_build_object(v_keys[1], coalesce(v_new, v_old) -> v_keys[1])
-                 ELSE (SELECT jsonb_object_agg(k, coalesce(v_new, v_old) -> k) FROM unnest(v_keys) AS k) END,
-            v_old, v_new, v_txid, v_task, v_seq, session_user, v_at,
-            v_tail.stripe, v_tail.last_seq + 1, NULL);
-        v_rec.hash := sha256(v_tail.last_hash || agentdb_private.chain_content(to_jsonb(v_rec)));
-        INSERT INTO agentdb_private.change_log OVERRIDING SYSTEM VALUE SELECT v_rec.*;
+    -- The guard (BEFORE, same statement) refused any marker not set by agentdb.
+    IF v_call ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:[0-9]{1,9}(:logged:[0-9]+)?$' THEN
+        v_task := split_part(v_call, ':', 1)::uuid;
+        v_seq := split_part(v_call, ':', 2)::integer;
+    END IF;
+    v_owner := CASE WHEN v_owned THEN substr(TG_ARGV[1], 7) ELSE '' END;
+    v_keys := CASE WHEN v_owned THEN TG_ARGV[2:] ELSE TG_ARGV[1:] END;
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        PERFORM agentdb_private.watch_append(v_oid, v_name, v_owner, v_keys, TG_OP, v_old, v_new, v_task, v_seq);
         RETURN NULL;
     END IF;
-
-    -- Several rows, in one INSERT. c: the change rows, built as change_log
-    -- records so that their content is hashed exactly as agentdb.verify_chain
-    -- reads it back; h: the running link (chain_agg, seeded with the tail).
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO agentdb_private.change_log OVERRIDING SYSTEM VALUE
-        SELECT (x.c).id, (x.c).table_oid, (x.c).table_name, (x.c).op, (x.c).key, (x.c).old_row,
-               (x.c).new_row, (x.c).txid, (x.c).task_id, (x.c).seq, (x.c).db_role, (x.c).at,
-               (x.c).chain_stripe, (x.c).chain_seq, x.h
-          FROM (
-              SELECT s.n, s.c, agentdb_private.chain_agg(
-                         CASE WHEN s.n = 0 THEN v_tail.last_hash ELSE agentdb_private.chain_content(to_jsonb(s.c)) END)
-                         OVER (ORDER BY s.n ROWS UNBOUNDED PRECEDING) AS h
-                FROM (
-                    SELECT 0::bigint AS n, NULL::agentdb_private.change_log AS c
-                    UNION ALL
-                    SELECT r.n, ROW(
-                        nextval('agentdb_private.change_log_id_seq'::regclass), v_oid, v_name, 'INSERT',
-                        CASE WHEN cardinality(v_keys) = 1 THEN jsonb_build_object(v_keys[1], r.j -> v_keys[1])
-                             ELSE (SELECT jsonb_object_agg(k, r.j -> k) FROM unnest(v_keys) AS k) END,
-                        NULL, r.j, v_txid, v_task, v_seq, session_user, v_at,
-                        v_tail.stripe, v_tail.last_seq + r.n, NULL)::agentdb_private.change_log
-                      FROM (SELECT row_number() OVER () AS n, to_jsonb(t.*) AS j FROM agentdb_new AS t) AS r
-                ) AS s
-          ) AS x
-         WHERE x.n > 0;
-    ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO agentdb_private.change_log OVERRIDING SYSTEM VALUE
-        SELECT (x.c).id, (x.c).table_oid, (x.c).table_name, (x.c).op, (x.c).key, (x.c).old_row,
-               (x.c).new_row, (x.c).txid, (x.c).task_id, (x.c).seq, (x.c).db_role, (x.c).at,
-               (x.c).chain_stripe, (x.c).chain_seq, x.h
-          FROM (
-              SELECT s.n, s.c, agentdb_private.chain_agg(
-                         CASE WHEN s.n = 0 THEN v_tail.last_hash ELSE agentdb_private.chain_content(to_jsonb(s.c)) END)
-                         OVER (ORDER BY s.n ROWS UNBOUNDED PRECEDING) AS h
-                FROM (
-                    SELECT 0::bigint AS n, NULL::agentdb_private.change_log AS c
-                    UNION ALL
-                    SELECT r.n, ROW(
-                        nextval('agentdb_private.change_log_id_seq'::regclass), v_oid, v_name, 'DELETE',
-                        CASE WHEN cardinality(v_keys) = 1 THEN jsonb_build_object(v_keys[1], r.j -> v_keys[1])
-                             ELSE (SELECT jsonb_object_agg(k, r.j -> k) FROM unnest(v_keys) AS k) END,
-                        r.j, NULL, v_txid, v_task, v_seq, session_user, v_at,
-                        v_tail.stripe, v_tail.last_seq + r.n, NULL)::agentdb_private.change_log
-                      FROM (SELECT row_number() OVER () AS n, to_jsonb(t.*) AS j FROM agentdb_old AS t) AS r
-                ) AS s
-          ) AS x
-         WHERE x.n > 0;
-    ELSIF TG_OP = 'UPDATE' THEN
-        -- Old and new rows are paired by key; rows whose key itself changed
-        -- are paired in the order the statement updated them.
-        INSERT INTO agentdb_private.change_log OVERRIDING SYSTEM VALUE
-        WITH o AS (
-            SELECT row_number() OVER () AS n, to_jsonb(t.*) AS j FROM agentdb_old AS t
-        ),
-        w AS (
-            SELECT row_number() OVER () AS n, to_jsonb(t.*) AS j FROM agentdb_new AS t
-        ),
-        ok AS (
-            SELECT o.n, o.j,
-                   CASE WHEN cardinality(v_keys) = 1 THEN jsonb_build_object(v_keys[1], o.j -> v_keys[1])
-                        ELSE (SELECT jsonb_object_agg(k, o.j -> k) FROM unnest(v_keys) AS k) END AS k
-              FROM o
-        ),
-        wk AS (
-            SELECT w.n, w.j,
-                   CASE WHEN cardinality(v_keys) = 1 THEN jsonb_build_object(v_keys[1], w.j -> v_keys[1])
-                        ELSE (SELECT jsonb_object_agg(k, w.j -> k) FROM unnest(v_keys) AS k) END AS k
-              FROM w
-        ),
-        m AS (
-            SELECT ok.n AS o_n, wk.n AS w_n, ok.j AS o_j, wk.j AS w_j, coalesce(wk.k, ok.k) AS k
-              FROM ok FULL JOIN wk ON ok.k = wk.k
-        ),
-        pairs AS (
-            SELECT m.w_n AS n, m.k, m.o_j, m.w_j FROM m WHERE m.o_n IS NOT NULL AND m.w_n IS NOT NULL
-            UNION ALL
-            SELECT coalesce(lw.w_n, 0) AS n, coalesce(lw.k, lo.k) AS k, lo.o_j, lw.w_j
-              FROM (SELECT row_number() OVER (ORDER BY m.o_n) AS r, m.o_j, m.k FROM m WHERE m.w_n IS NULL) AS lo
-              FULL JOIN (SELECT row_number() OVER (ORDER BY m.w_n) AS r, m.w_n, m.w_j, m.k
-                           FROM m WHERE m.o_n IS NULL) AS lw ON lo.r = lw.r
-        ),
-        r AS (
-            SELECT row_number() OVER (ORDER BY p.n) AS n, p.k, p.o_j, p.w_j FROM pairs AS p
-        ),
-        s AS (
-            SELECT 0::bigint AS n, NULL::agentdb_private.change_log AS c
-            UNION ALL
-            SELECT r.n, ROW(
-                nextval('agentdb_private.change_log_id_seq'::regclass), v_oid, v_name, 'UPDATE', r.k,
-                r.o_j, r.w_j, v_txid, v_task, v_seq, session_user, v_at,
-                v_tail.stripe, v_tail.last_seq + r.n, NULL)::agentdb_private.change_log
-              FROM r
-        ),
-        x AS (
-            SELECT s.n, s.c, agentdb_private.chain_agg(
-                       CASE WHEN s.n = 0 THEN v_tail.last_hash ELSE agentdb_private.chain_content(to_jsonb(s.c)) END)
-                       OVER (ORDER BY s.n ROWS UNBOUNDED PRECEDING) AS h
-              FROM s
-        )
-        SELECT (x.c).id, (x.c).table_oid, (x.c).table_name, (x.c).op, (x.c).key, (x.c).old_row,
-               (x.c).new_row, (x.c).txid, (x.c).task_id, (x.c).seq, (x.c).db_role, (x.c).at,
-               (x.c).chain_stripe, (x.c).chain_seq, x.h
-          FROM x
-         WHERE x.n > 0;
-    END IF;
+    -- Under REPEATABLE READ or SERIALIZABLE the stripe's tail is read from the
+    -- transaction's snapshot: if another writer appended to the stripe since,
+    -- the new link's place is taken (the chain key is unique), and the writer
+    -- gets a serialization failure to retry, never a fork.
+    BEGIN
+        PERFORM agentdb_private.watch_append(v_oid, v_name, v_owner, v_keys, TG_OP, v_old, v_new, v_task, v_seq);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'could not serialize access: the change log''s chain moved on since this transaction''s snapshot'
+            USING ERRCODE = 'serialization_failure', HINT = 'Retry the transaction.';
+    END;
     RETURN NULL;
+END
+$$;
+
+-- The rows of one statement into the change log (watch_log).
+CREATE OR REPLACE FUNCTION agentdb_private.watch_append(
+    p_oid oid, p_name text, p_owner text, p_keys text[], p_op text, p_old jsonb[], p_new jsonb[], p_task uuid,
+    p_seq integer
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF coalesce(cardinality(p_old), 0) <= 1 AND coalesce(cardinality(p_new), 0) <= 1 AND p_op <> 'TRUNCATE' THEN
+        -- One row changed: no pairing to do.
+        PERFORM agentdb_private.log_change(p_oid, p_name, p_owner, p_keys, p_op, p_old[1], p_new[1], p_task, p_seq);
+    ELSE
+        PERFORM agentdb_private.log_changes(agentdb_private.change_rows(
+            p_oid, p_name, p_owner, p_keys, p_op, p_old, p_new, p_task, p_seq));
+    END IF;
 END
 $$;
 
@@ -283,9 +322,15 @@ AS $$
     SELECT t.relid FROM pg_catalog.pg_partition_tree(p_table) AS t WHERE t.relid <> p_table
 $$;
 
--- Are all five triggers on every target, enabled, the loggers naming this
--- table and p_keys? SECURITY DEFINER: agentdb.watched calls it with the
--- reader's rights.
+-- The loggers' arguments: the table's oid, 'owner:<column>', the key columns.
+CREATE OR REPLACE FUNCTION agentdb_private.watch_args(p_table oid, p_owner text, p_keys text[])
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT ARRAY[p_table::text, 'owner:' || coalesce(p_owner, '')] || p_keys $$;
+
+-- Are all six triggers on every target, enabled, the loggers naming this
+-- table, its owner column and p_keys? SECURITY DEFINER: agentdb.watched calls
+-- it with the reader's rights.
 CREATE OR REPLACE FUNCTION agentdb_private.watch_armed(p_table oid, p_keys text[])
 RETURNS boolean
 LANGUAGE sql STABLE
@@ -294,21 +339,25 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     WITH args AS (
         SELECT string_agg(convert_to(a, 'UTF8') || '\x00'::bytea, ''::bytea ORDER BY o) AS tgargs
-          FROM unnest(p_table::text || p_keys) WITH ORDINALITY AS u (a, o)
+          FROM unnest(agentdb_private.watch_args(p_table, (SELECT w.owner_column FROM agentdb_private.watched AS w
+                                                             WHERE w.table_oid = p_table), p_keys))
+               WITH ORDINALITY AS u (a, o)
     )
     SELECT coalesce(bool_and(
         (SELECT count(*) FROM pg_catalog.pg_trigger AS g, args
           WHERE g.tgrelid = w.w
             AND g.tgenabled <> 'D'
-            AND (g.tgname = 'agentdb_watch_guard'
+            AND (g.tgname IN ('agentdb_watch_guard', 'agentdb_watch_guard_trunc')
                  OR (g.tgname IN ('agentdb_watch_ins', 'agentdb_watch_upd', 'agentdb_watch_del', 'agentdb_watch_trunc')
-                     AND g.tgargs = args.tgargs))) = 5), false)
+                     AND g.tgargs = args.tgargs))) = 6), false)
       FROM agentdb_private.watch_targets(p_table) AS w (w)
 $$;
 
--- Install (or repair) the triggers; p_keys names the rows in the log.
+-- Install (or repair) the triggers; p_keys names the rows in the log, p_owner
+-- (the owner column of a tool's table) the tenant each row is chained under.
 -- Returns true when something was installed, false when all was in place.
-CREATE OR REPLACE FUNCTION agentdb_private.watch_table(p_table regclass, p_keys text[])
+DROP FUNCTION IF EXISTS agentdb_private.watch_table(regclass, text[]);
+CREATE OR REPLACE FUNCTION agentdb_private.watch_table(p_table regclass, p_keys text[], p_owner text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -340,16 +389,27 @@ BEGIN
     -- Forget tables dropped since they were watched (their triggers went with them).
     DELETE FROM agentdb_private.watched AS w
      WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c WHERE c.oid = w.table_oid);
+    -- A table keeps the owner column it was watched with unless one is given; a
+    -- table watched again after unwatch takes its tools' owner column.
+    p_owner := coalesce(p_owner,
+        (SELECT w.owner_column FROM agentdb_private.watched AS w WHERE w.table_oid = p_table),
+        (SELECT t.owner_column FROM agentdb_private.tools AS t
+          WHERE t.target = p_table AND t.owner_column IS NOT NULL ORDER BY t.name LIMIT 1));
 
     IF EXISTS (SELECT 1 FROM agentdb_private.watched AS w
-                WHERE w.table_oid = p_table AND w.key_columns = p_keys)
+                WHERE w.table_oid = p_table AND w.key_columns = p_keys
+                  AND w.owner_column IS NOT DISTINCT FROM p_owner)
             AND agentdb_private.watch_armed(p_table, p_keys) THEN
         RETURN false;
     END IF;
 
-    v_args := (SELECT string_agg(quote_literal(a), ', ') FROM unnest(p_table::oid::text || p_keys) AS a);
+    v_args := (SELECT string_agg(quote_literal(a), ', ')
+                 FROM unnest(agentdb_private.watch_args(p_table, p_owner, p_keys)) AS a);
     FOR v_target IN SELECT agentdb_private.watch_targets(p_table) LOOP
-        EXECUTE format('CREATE OR REPLACE TRIGGER agentdb_watch_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s '
+        -- Two guards: Citus copies no trigger that fires on TRUNCATE to a table's shards.
+        EXECUTE format('CREATE OR REPLACE TRIGGER agentdb_watch_guard BEFORE INSERT OR UPDATE OR DELETE ON %s '
+                       || 'FOR EACH STATEMENT EXECUTE FUNCTION agentdb_private.watch_guard()', v_target);
+        EXECUTE format('CREATE OR REPLACE TRIGGER agentdb_watch_guard_trunc BEFORE TRUNCATE ON %s '
                        || 'FOR EACH STATEMENT EXECUTE FUNCTION agentdb_private.watch_guard()', v_target);
         EXECUTE format('CREATE OR REPLACE TRIGGER agentdb_watch_ins AFTER INSERT ON %s REFERENCING NEW TABLE AS agentdb_new '
                        || 'FOR EACH STATEMENT EXECUTE FUNCTION agentdb_private.watch_log(%s)', v_target, v_args);
@@ -360,22 +420,30 @@ BEGIN
                        || 'FOR EACH STATEMENT EXECUTE FUNCTION agentdb_private.watch_log(%s)', v_target, v_args);
         EXECUTE format('CREATE OR REPLACE TRIGGER agentdb_watch_trunc AFTER TRUNCATE ON %s '
                        || 'FOR EACH STATEMENT EXECUTE FUNCTION agentdb_private.watch_log(%s)', v_target, v_args);
-        -- One trigger per ALTER TABLE: Citus refuses ENABLE TRIGGER among other subcommands.
-        FOREACH v_trigger IN ARRAY ARRAY['agentdb_watch_guard', 'agentdb_watch_ins', 'agentdb_watch_upd',
-                                         'agentdb_watch_del', 'agentdb_watch_trunc'] LOOP
+        -- One ALTER per trigger (Citus refuses several ENABLE TRIGGER subcommands in one).
+        FOREACH v_trigger IN ARRAY agentdb_private.watch_triggers() LOOP
             EXECUTE format('ALTER TABLE %s ENABLE TRIGGER %I', v_target, v_trigger);
         END LOOP;
     END LOOP;
 
-    INSERT INTO agentdb_private.watched AS w (table_oid, table_name, key_columns)
+    INSERT INTO agentdb_private.watched AS w (table_oid, table_name, key_columns, owner_column)
     VALUES (p_table, (SELECT format('%I.%I', n.nspname, c.relname)
                         FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-                       WHERE c.oid = p_table), p_keys)
+                       WHERE c.oid = p_table), p_keys, p_owner)
     ON CONFLICT (table_oid) DO UPDATE SET
-        table_name = excluded.table_name, key_columns = excluded.key_columns,
+        table_name = excluded.table_name, key_columns = excluded.key_columns, owner_column = excluded.owner_column,
         watched_at = CASE WHEN w.key_columns = excluded.key_columns THEN w.watched_at ELSE excluded.watched_at END;
     RETURN true;
 END
+$$;
+
+-- The names of the triggers watch installs on a table.
+CREATE OR REPLACE FUNCTION agentdb_private.watch_triggers()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT ARRAY['agentdb_watch_guard', 'agentdb_watch_guard_trunc', 'agentdb_watch_ins', 'agentdb_watch_upd',
+                 'agentdb_watch_del', 'agentdb_watch_trunc']
 $$;
 
 -- Watch a table by its primary key (idempotent). True when the triggers were
@@ -410,8 +478,7 @@ BEGIN
         RAISE EXCEPTION 'unwatch: a table is required' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     FOR v_target IN SELECT agentdb_private.watch_targets(tbl) LOOP
-        FOREACH v_trigger IN ARRAY ARRAY['agentdb_watch_guard', 'agentdb_watch_ins', 'agentdb_watch_upd',
-                                         'agentdb_watch_del', 'agentdb_watch_trunc'] LOOP
+        FOREACH v_trigger IN ARRAY agentdb_private.watch_triggers() LOOP
             IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger AS g WHERE g.tgrelid = v_target AND g.tgname = v_trigger) THEN
                 EXECUTE format('DROP TRIGGER %I ON %s', v_trigger, v_target);
                 v_found := true;

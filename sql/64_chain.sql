@@ -1,6 +1,6 @@
 -- Tamper evidence: the audit rows and the change-log rows are hash-chained.
 --
--- Each chained row stores its place (chain_stripe, chain_seq) and
+-- Each chained row stores its place (chain_tenant, chain_stripe, chain_seq) and
 --     hash = sha256(previous row's hash || content)
 -- where content is the row as jsonb without NULLs and without hash, as UTF-8
 -- text (rendered with TimeZone UTC, so the bytes do not depend on the session),
@@ -8,12 +8,20 @@
 -- own link; deleting one leaves a gap in chain_seq; recomputing an edited row's
 -- hash breaks the next row's link.
 --
--- Concurrency: a chain has 16 stripes. A transaction appends to stripe
--- (xid mod 16) and first updates that stripe's row in chain_heads; the row lock
--- is held to commit, so appends within a stripe are serial (the next writer
--- reads the tail only after the previous one committed) while writers in other
--- stripes proceed. Under REPEATABLE READ a conflicting append fails with a
--- serialization error (40001) rather than forking the chain.
+-- Concurrency: per tenant, no shared append point. A chain is kept per tenant
+-- (the user the row belongs to; '' for rows without one) in as many stripes as
+-- that tenant has writers at once. A writer takes the first stripe of its
+-- tenant that no other open transaction holds (FOR UPDATE SKIP LOCKED on its
+-- row in chain_stripes, once per transaction for both chains), or opens a new
+-- one (numbered from chain_stripe_seq), and holds it to commit; the tail is the stripe's last row. So no
+-- transaction ever waits for another to append, whoever they act for: an agent
+-- that holds transactions open holds only stripes of its own tenant, which
+-- nobody else needs. Within a stripe appends are serial (the row lock), so a
+-- stripe never forks; under REPEATABLE READ a stripe appended to since the
+-- snapshot fails with a serialization error (40001) instead of forking.
+--
+-- Rows chained before revision 0011 (chain_tenant NULL) belong to the 16 global
+-- stripes of that time; they are verified as they were.
 
 CREATE OR REPLACE FUNCTION agentdb_private.chain_genesis()
 RETURNS bytea
@@ -39,44 +47,54 @@ CREATE OR REPLACE AGGREGATE agentdb_private.chain_agg (bytea)(
     stype = bytea
 );
 
--- Take this transaction's stripe of a chain ('audit' or 'change') and return
--- its tail: the stripe, the last chain_seq (0 when empty) and the last hash.
+-- The 16 global stripes of revisions 0004-0010: replaced by chain_stripes.
+DROP FUNCTION IF EXISTS agentdb_private.chain_claim(text);
+
+-- Take a stripe of a tenant's chains for this transaction and return the tail
+-- of one chain ('audit' or 'change') in it (last_seq 0 and the genesis hash for
+-- an empty stripe). The transaction keeps the stripe (its row lock) to commit,
+-- and remembers it (agentdb.chain_stripe, transaction-local, undone with a
+-- rolled-back subtransaction like the lock): later rows of this tenant, in
+-- either chain, follow in the same stripe. Never waits: a stripe another open
+-- transaction holds is skipped; when all are held, a new stripe is opened
+-- (numbers taken under a try-lock, so two openers never race for one number).
 CREATE OR REPLACE FUNCTION agentdb_private.chain_claim(
-    p_chain text, OUT stripe smallint, OUT last_seq bigint, OUT last_hash bytea
+    p_chain text, p_tenant text, OUT stripe integer, OUT last_seq bigint, OUT last_hash bytea
 )
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_xid xid8 := pg_current_xact_id();
+    v_held text := current_setting('agentdb.chain_stripe', true);
 BEGIN
-    stripe := (v_xid::text::bigint % 16)::smallint;
-    -- Once per transaction (afterwards the condition is false and nothing is
-    -- written); waits while another open transaction holds the stripe.
-    UPDATE agentdb_private.chain_heads AS h SET locked_by = v_xid
-     WHERE h.stripe = chain_claim.stripe AND h.locked_by IS DISTINCT FROM v_xid;
-    -- A fresh snapshot (READ COMMITTED): the previous holder's rows are visible.
-    IF p_chain = 'audit' THEN
-        SELECT a.chain_seq, a.hash INTO last_seq, last_hash
-          FROM agentdb_private.audit AS a
-         WHERE a.chain_stripe = chain_claim.stripe
-         ORDER BY a.chain_seq DESC
-         LIMIT 1;
-    ELSIF p_chain = 'change' THEN
-        SELECT c.chain_seq, c.hash INTO last_seq, last_hash
-          FROM agentdb_private.change_log AS c
-         WHERE c.chain_stripe = chain_claim.stripe
-         ORDER BY c.chain_seq DESC
-         LIMIT 1;
+    IF v_held IS NOT NULL AND v_held <> '' AND split_part(v_held, chr(31), 2) = p_tenant THEN
+        stripe := split_part(v_held, chr(31), 1)::integer;
     ELSE
-        RAISE EXCEPTION 'no chain named %', p_chain USING ERRCODE = 'invalid_parameter_value';
+        SELECT x.stripe INTO stripe FROM agentdb_private.chain_stripes AS x
+         WHERE x.tenant = p_tenant ORDER BY x.stripe LIMIT 1 FOR UPDATE SKIP LOCKED;
+        IF stripe IS NULL THEN
+            -- A new stripe: its number from a sequence, so the insert never meets
+            -- another writer's (an ON CONFLICT would wait for it) and no advisory
+            -- lock is taken (run_sql refuses a statement that leaves one).
+            INSERT INTO agentdb_private.chain_stripes AS x (tenant, stripe)
+            VALUES (p_tenant, nextval('agentdb_private.chain_stripe_seq')::integer)
+            RETURNING x.stripe INTO stripe;
+        END IF;
+        v_held := set_config('agentdb.chain_stripe', stripe || chr(31) || p_tenant, true);
+    END IF;
+    IF p_chain = 'audit' THEN
+        SELECT a.chain_seq, a.hash INTO last_seq, last_hash FROM agentdb_private.audit AS a
+         WHERE a.chain_tenant = p_tenant AND a.chain_stripe = stripe ORDER BY a.chain_seq DESC LIMIT 1;
+    ELSE
+        SELECT c.chain_seq, c.hash INTO last_seq, last_hash FROM agentdb_private.change_log AS c
+         WHERE c.chain_tenant = p_tenant AND c.chain_stripe = stripe ORDER BY c.chain_seq DESC LIMIT 1;
     END IF;
     last_seq := coalesce(last_seq, 0);
     last_hash := coalesce(last_hash, agentdb_private.chain_genesis());
 END
 $$;
 
--- BEFORE INSERT on audit: link the new row into its stripe.
+-- BEFORE INSERT on audit: link the new row into its tenant's chain. The tenant
+-- is the row's user, else its task's user, else '' (a call naming no known task).
 CREATE OR REPLACE FUNCTION agentdb_private.chain_audit()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -86,10 +104,12 @@ AS $$
 DECLARE
     v_tail record;
 BEGIN
-    v_tail := agentdb_private.chain_claim('audit');
+    NEW.chain_tenant := coalesce(NEW.user_id,
+        (SELECT t.user_id FROM agentdb_private.tasks AS t WHERE t.id = NEW.task_id), '');
+    v_tail := agentdb_private.chain_claim('audit', NEW.chain_tenant);
     NEW.chain_stripe := v_tail.stripe;
     NEW.chain_seq := v_tail.last_seq + 1;
-    NEW.hash := NULL;
+    -- chain_content leaves hash out: whatever the inserter gave is replaced.
     NEW.hash := sha256(v_tail.last_hash || agentdb_private.chain_content(to_jsonb(NEW)));
     RETURN NEW;
 END
@@ -129,10 +149,10 @@ BEGIN
             SELECT r.id, r.chain_seq, r.hash,
                    lag(r.chain_seq) OVER w AS prev_seq,
                    lag(r.hash) OVER w AS prev_hash,
-                   agentdb_private.chain_content(to_jsonb(r)) AS content
+                   agentdb_private.chain_content(to_jsonb(r.*)) AS content
               FROM %1$s AS r
              WHERE r.chain_seq IS NOT NULL
-            WINDOW w AS (PARTITION BY r.chain_stripe ORDER BY r.chain_seq)
+            WINDOW w AS (PARTITION BY r.chain_tenant, r.chain_stripe ORDER BY r.chain_seq)
         )
         SELECT l.id,
                CASE WHEN l.chain_seq <> coalesce(l.prev_seq, 0) + 1 THEN 'gap' ELSE 'altered' END
@@ -149,7 +169,9 @@ BEGIN
           FROM jsonb_each(coalesce($1 -> %2$L, '{}')) AS t
          WHERE NOT EXISTS (
                SELECT 1 FROM %1$s AS r
-                WHERE r.chain_stripe = t.key::smallint
+                WHERE r.chain_tenant IS NOT DISTINCT FROM CASE WHEN strpos(t.key, ':') > 0
+                                                               THEN substr(t.key, strpos(t.key, ':') + 1) END
+                  AND r.chain_stripe = split_part(t.key, ':', 1)::integer
                   AND r.chain_seq = (t.value ->> 'seq')::bigint
                   AND r.id = (t.value ->> 'id')::bigint
                   AND encode(r.hash, 'hex') = t.value ->> 'hash')
@@ -174,10 +196,42 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT min(v.id) FROM agentdb.verify_chain('change', verify_change_chain.anchor) AS v $$;
 
+-- The tails of one chain: every stripe of every tenant ("<stripe>:<tenant>")
+-- and the 16 stripes of rows chained before 0011 ("<stripe>").
+CREATE OR REPLACE FUNCTION agentdb_private.chain_tails_of(p_chain text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    SELECT coalesce(jsonb_object_agg(x.k, jsonb_build_object('id', x.id, 'seq', x.seq, 'hash', encode(x.hash, 'hex'))),
+                    '{}')
+      FROM (
+          SELECT s.stripe || ':' || s.tenant AS k, t.id, t.seq, t.hash
+            FROM agentdb_private.chain_stripes AS s
+           CROSS JOIN LATERAL (
+                 SELECT a.id, a.chain_seq AS seq, a.hash FROM agentdb_private.audit AS a
+                  WHERE p_chain = 'audit' AND a.chain_tenant = s.tenant AND a.chain_stripe = s.stripe
+                 UNION ALL
+                 SELECT c.id, c.chain_seq, c.hash FROM agentdb_private.change_log AS c
+                  WHERE p_chain = 'change' AND c.chain_tenant = s.tenant AND c.chain_stripe = s.stripe
+                  ORDER BY 2 DESC LIMIT 1) AS t
+          UNION ALL
+          (SELECT DISTINCT ON (a.chain_stripe) a.chain_stripe::text, a.id, a.chain_seq, a.hash
+             FROM agentdb_private.audit AS a
+            WHERE p_chain = 'audit' AND a.chain_tenant IS NULL AND a.chain_seq IS NOT NULL
+            ORDER BY a.chain_stripe, a.chain_seq DESC)
+          UNION ALL
+          (SELECT DISTINCT ON (c.chain_stripe) c.chain_stripe::text, c.id, c.chain_seq, c.hash
+             FROM agentdb_private.change_log AS c
+            WHERE p_chain = 'change' AND c.chain_tenant IS NULL
+            ORDER BY c.chain_stripe, c.chain_seq DESC)
+      ) AS x
+$$;
+
 -- The current tail of every stripe of both chains, to keep outside the
--- database (a file, another system): {"audit": {"<stripe>": {"id", "seq",
--- "hash"}}, "change": {...}}. Passed back to verify_chain, it shows rows
--- removed from the end, which no chain can show by itself.
+-- database (a file, another system): {"audit": {"<stripe>:<tenant>": {"id",
+-- "seq", "hash"}, ...}, "change": {...}, "at": ...}. Passed back to
+-- verify_chain, it shows rows removed from the end, which no chain can show by
+-- itself. One entry per stripe of each tenant: its size grows with the tenants.
 CREATE OR REPLACE FUNCTION agentdb.chain_anchor()
 RETURNS jsonb
 LANGUAGE sql STABLE
@@ -185,20 +239,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT jsonb_build_object(
-        'audit', coalesce((
-            SELECT jsonb_object_agg(h.stripe, jsonb_build_object('id', a.id, 'seq', a.chain_seq,
-                                                                 'hash', encode(a.hash, 'hex')))
-              FROM agentdb_private.chain_heads AS h
-             CROSS JOIN LATERAL (
-                   SELECT x.id, x.chain_seq, x.hash FROM agentdb_private.audit AS x
-                    WHERE x.chain_stripe = h.stripe ORDER BY x.chain_seq DESC LIMIT 1) AS a), '{}'),
-        'change', coalesce((
-            SELECT jsonb_object_agg(h.stripe, jsonb_build_object('id', c.id, 'seq', c.chain_seq,
-                                                                 'hash', encode(c.hash, 'hex')))
-              FROM agentdb_private.chain_heads AS h
-             CROSS JOIN LATERAL (
-                   SELECT x.id, x.chain_seq, x.hash FROM agentdb_private.change_log AS x
-                    WHERE x.chain_stripe = h.stripe ORDER BY x.chain_seq DESC LIMIT 1) AS c), '{}'),
+        'audit', agentdb_private.chain_tails_of('audit'),
+        'change', agentdb_private.chain_tails_of('change'),
         'at', clock_timestamp())
 $$;
 

@@ -829,8 +829,10 @@ BEGIN
 END
 $$;
 
--- Shared front half of run_sql and record_sql_refusal: the task (locked),
--- a replay by call_id, the next step number.
+-- Shared front half of run_sql and record_sql_refusal, on the envelope of
+-- every guarded call (sql/50_invoke_api.sql): the task (locked), a replay by
+-- call_id, the next step number, the gate; then the statement (sql_write) and
+-- the step and audit rows.
 CREATE OR REPLACE FUNCTION agentdb_private.sql_step(
     p_task uuid,
     p_statement text,
@@ -844,61 +846,27 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_started timestamptz := clock_timestamp();
-    -- Reserved prefixes (confirm's and the worker's steps) are refused and never stored.
-    v_call_id text := CASE WHEN length(p_call_id) <= 200 AND p_call_id !~ '^(draft|action):' THEN p_call_id END;
-    v_task agentdb_private.tasks;
-    v_seq integer;
-    v_prior jsonb;
+    s record;
     v_result jsonb;
-    v_args jsonb;
+    v_args jsonb := jsonb_strip_nulls(jsonb_build_object(
+        'statement', left(p_statement, agentdb_private.max_sql_chars()), 'expect_rows', p_expect_rows));
     v_action text := agentdb_private.sql_first_word(left(p_statement, agentdb_private.max_sql_chars()));
-    v_tool agentdb_private.tools;
+    v_tool agentdb_private.tools := agentdb_private.sql_tool(v_action, NULL);
     v_state text;
     v_msg text;
 BEGIN
-    v_args := jsonb_strip_nulls(jsonb_build_object(
-        'statement', left(p_statement, agentdb_private.max_sql_chars()),
-        'expect_rows', p_expect_rows));
-    v_result := agentdb_private.refuse_isolation(p_task, 'run_sql', v_args, p_reason);
-    IF v_result IS NOT NULL THEN
-        RETURN v_result;
+    s := agentdb_private.step_open(p_task, p_call_id, false);
+    IF s.prior IS NOT NULL THEN
+        RETURN s.prior;
     END IF;
-
-    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = p_task FOR UPDATE;
-    IF NOT FOUND THEN
-        v_task.id := p_task;
-        RETURN agentdb_private.record_step(v_task, NULL, 'run_sql', agentdb_private.sql_tool(v_action, NULL),
-            v_args, p_reason, v_call_id, v_started,
-            agentdb_private.not_done('refused', 'unknown_task', format('no task %s', p_task)));
-    END IF;
-
-    v_prior := agentdb_private.prior_receipt(v_task.id, v_call_id);
-    IF v_prior IS NOT NULL THEN
-        RETURN v_prior;
-    END IF;
-
-    v_seq := agentdb_private.next_seq(v_task.id);
-    v_tool := agentdb_private.sql_tool(v_action, NULL);
-    -- Task, login: checked before the statement is looked at. Permission needs
-    -- the table, which only the plan tells: checked again in sql_write.
-    v_result := agentdb_private.gate_checks(v_task, 'run_sql', v_tool);
-    IF v_result ->> 'refusal' = 'no_permission' THEN
-        v_result := NULL;
-    END IF;
-    IF v_result IS NULL AND p_call_id IS NOT NULL AND length(p_call_id) > 200 THEN
-        v_result := agentdb_private.not_done('invalid', 'bad_call_id', 'call_id is longer than 200 characters');
-    END IF;
-    IF v_result IS NULL AND p_call_id ~ '^(draft|action):' THEN
-        v_result := agentdb_private.not_done('invalid', 'bad_call_id',
-            'call_ids starting with draft: or action: are reserved for confirm and the approval worker');
-    END IF;
+    -- Permission needs the table, which only the plan tells: checked in sql_write.
+    v_result := coalesce(s.refusal, agentdb_private.step_gate(s.task, 'run_sql', v_tool, p_call_id, false, true));
     IF v_result IS NULL AND p_guard_refusal IS NOT NULL THEN
         v_result := agentdb_private.not_done('refused', 'sql_guard', 'sql guard: ' || left(p_guard_refusal, 1000));
     END IF;
     IF v_result IS NULL THEN
         BEGIN
-            v_result := agentdb_private.sql_write(v_task, v_seq, p_statement, p_expect_rows);
+            v_result := agentdb_private.sql_write(s.task, s.seq, p_statement, p_expect_rows);
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
             v_result := agentdb_private.not_done('failed', 'error', format('%s (SQLSTATE %s)', v_msg, v_state));
@@ -906,9 +874,8 @@ BEGIN
         v_tool := agentdb_private.sql_tool(coalesce(v_result ->> 'sql_action', v_action),
                                            (v_result ->> 'sql_target')::oid::regclass);
     END IF;
-
-    RETURN agentdb_private.record_step(v_task, v_seq, 'run_sql', v_tool, v_args, p_reason, v_call_id,
-        v_started, v_result);
+    RETURN agentdb_private.record_step(s.task, s.seq, 'run_sql', v_tool, v_args, p_reason, s.call_id,
+        s.started, v_result);
 END
 $$;
 

