@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,7 +256,7 @@ def _source_at(sql: str, body: dict) -> str:
     return re.match(r"[^\n(]*\(?", text).group(0).strip()
 
 
-def _check_function(sql: str, body: dict) -> str:
+def _check_function(sql: str, body: dict, extra: frozenset[str]) -> str:
     parts = _strings(body.get("funcname"))
     name = ".".join(parts)
     written = _written(sql, body, name)
@@ -270,6 +271,8 @@ def _check_function(sql: str, body: dict) -> str:
         return name
     if len(parts) == 2 and (parts[0], parts[1]) in ALLOWED_QUALIFIED:
         return name
+    if name in extra or len(parts) == 1 and any(e.rsplit(".", 1)[-1] == parts[0] for e in extra):
+        return name  # a DBA's addition (agentdb.sql_functions); the database checks its signature
     raise _Refused("function_call", f"{written} is not allowed here; only simple value functions such as "
                                     "now(), lower(), upper(), trim(), round() or coalesce() may be used")
 
@@ -334,7 +337,7 @@ def _check_statement(kind: str, stmt: dict) -> None:
     _check_returning(stmt)
 
 
-def _check_expressions(sql: str, stmt: dict) -> tuple[str, ...]:
+def _check_expressions(sql: str, stmt: dict, extra: frozenset[str]) -> tuple[str, ...]:
     functions: list[str] = []
     count = 0
     for name, body in _walk({k: v for k, v in stmt.items() if k != "relation"}):
@@ -349,7 +352,7 @@ def _check_expressions(sql: str, stmt: dict) -> tuple[str, ...]:
         if name in ("RangeVar", "JoinExpr", "RangeSubselect"):
             raise _Refused("other_table", "only the target table may appear in the statement")
         if name == "FuncCall":
-            functions.append(_check_function(sql, body))
+            functions.append(_check_function(sql, body, extra))
         elif name == "SQLValueFunction":
             if body.get("op") not in ALLOWED_SQL_VALUE_FUNCTIONS:
                 what = body.get("op", "?").removeprefix("SVFOP_")
@@ -375,8 +378,12 @@ def _values(stmt: dict) -> dict | None:
     return typed[1] if typed else None
 
 
-def check(sql: Any) -> GuardResult:
-    """Accept exactly one plain INSERT/UPDATE/DELETE of one table, or say why not."""
+def check(sql: Any, *, functions: Iterable[str] = ()) -> GuardResult:
+    """Accept exactly one plain INSERT/UPDATE/DELETE of one table, or say why not.
+
+    `functions`: schema-qualified names (``"public.slugify"``) a DBA added to the allow-list
+    (agentdb.allow_sql_function; read them with sql_functions()). A call of one, qualified or
+    not, is accepted here; the database checks its exact signature."""
     kind = None
     try:
         if not isinstance(sql, str):
@@ -411,10 +418,10 @@ def check(sql: Any) -> GuardResult:
         relation = stmt.get("relation") or {}
         schema, relname, table = _check_target(relation)
         _check_statement(kind, stmt)
-        functions = _check_expressions(sql, stmt)
+        called = _check_expressions(sql, stmt, frozenset(functions))
     except _Refused as refused:
         return GuardResult(False, refused.reason, refused.code, kind)
-    return GuardResult(True, f"one {kind.upper()} of {table}", None, kind, table, schema, relname, functions)
+    return GuardResult(True, f"one {kind.upper()} of {table}", None, kind, table, schema, relname, called)
 
 
 # -- the run_sql tool ---------------------------------------------------------------------------
@@ -436,6 +443,8 @@ def run_sql(client: Any, task: Any, sql: str, expect_rows: int | None, *, call_i
     if not isinstance(client, Client):
         client = Client(client)
     verdict = check(sql)
+    if verdict.code == "function_call":  # perhaps a function the DBA added: read the list once
+        verdict = check(sql, functions=sql_functions(client))
     text = sql if isinstance(sql, str) else repr(sql)
     text = text[:MAX_SQL_CHARS].replace("\x00", "")
     with client._cursor() as cur:
@@ -473,6 +482,19 @@ def sql_tables(source: Any) -> list[dict]:
     with client._cursor() as cur:
         cur.execute("SELECT to_jsonb(t) FROM agentdb.sql_tables AS t ORDER BY t.table_name")
         return [row[0] for row in cur.fetchall()]
+
+
+def sql_functions(source: Any) -> tuple[str, ...]:
+    """The functions a DBA added to run_sql's allow-list (agentdb.sql_functions), as
+    schema-qualified names for check(..., functions=...), from a Client or a psycopg connection
+    or pool."""
+    from .client import Client
+
+    client = source if isinstance(source, Client) else Client(source)
+    with client._cursor() as cur:
+        cur.execute("SELECT DISTINCT schema_name || '.' || function_name FROM agentdb.sql_functions "
+                    "WHERE present ORDER BY 1")
+        return tuple(row[0] for row in cur.fetchall())
 
 
 def _table_line(row: dict) -> str:
@@ -552,4 +574,4 @@ def call_tool(client: Any, task: Any, arguments: Any, *, call_id: str | None = N
 
 
 __all__ = ["ALLOWED_FUNCTIONS", "MAX_SQL_CHARS", "TOOL_NAME", "GuardResult", "call_tool", "check",
-           "exposed_tool", "run_sql", "sql_tables", "tool_definition"]
+           "exposed_tool", "run_sql", "sql_functions", "sql_tables", "tool_definition"]

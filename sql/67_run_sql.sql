@@ -136,10 +136,24 @@ AS $$
     ]
 $$;
 
+-- A function's schema-qualified signature, as agentdb.allow_sql_function
+-- stores it in agentdb_private.sql_functions (a DBA's additions to the list).
+CREATE OR REPLACE FUNCTION agentdb_private.sql_function_signature(p_fn oid)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format('%I.%I(%s)', n.nspname, p.proname, pg_catalog.oidvectortypes(p.proargtypes))
+      FROM pg_catalog.pg_proc AS p
+      JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
+     WHERE p.oid = p_fn
+$$;
+
 -- Why the statement may not call function p_fn, or NULL when it may: a
 -- function of the list above in pg_catalog (or one of an extension, e.g.
 -- citext's, by the same name and without side effects), a cast function of
--- pg_catalog, or agentdb.sql_user(); and the writer role must hold EXECUTE.
+-- pg_catalog, agentdb.sql_user(), or one a DBA added by its signature
+-- (agentdb.allow_sql_function); and the writer role must hold EXECUTE.
 CREATE OR REPLACE FUNCTION agentdb_private.sql_function_refusal(p_fn oid)
 RETURNS text
 LANGUAGE sql STABLE
@@ -155,7 +169,9 @@ AS $$
             OR p.proname = ANY (agentdb_private.sql_allowed_functions()) AND p.provolatile <> 'v'
                AND EXISTS (SELECT 1 FROM pg_catalog.pg_depend AS d
                             WHERE d.classid = 'pg_catalog.pg_proc'::regclass AND d.objid = p.oid
-                              AND d.deptype = 'e'))
+                              AND d.deptype = 'e')
+            OR EXISTS (SELECT 1 FROM agentdb_private.sql_functions AS f
+                        WHERE f.signature = agentdb_private.sql_function_signature(p.oid)))
             THEN format('function %s is not allowed in an agent''s statement', p.oid::regprocedure)
         WHEN NOT has_function_privilege('agentdb_sql_writer', p.oid, 'EXECUTE')
             THEN format('function %s may not be called by agentdb_sql_writer', p.oid::regprocedure)

@@ -12,7 +12,9 @@ label says what the contract of docs/sql-guard.md expects:
 
 The direct path is agentdb.run_sql called by a login member of agentdb_agent. The Python path is
 pyagentdb.sqlguard.check first, then agentdb.run_sql for what it accepts. Every call runs in a
-transaction that is rolled back, so the fixture is the same for each statement. An escape is a
+block that is rolled back, so the fixture is the same for each statement; one server-side call
+per statement (corpus_check.attempt) runs it and checks what it left, and two sessions share the
+corpus (LANES). Every statement runs on both paths on every run. An escape is a
 verified success of a statement that must be refused, or any effect beyond the statement's own
 table: a row of another table, the catalogs, the session's settings, advisory locks, random seed,
 or more than 1 MB of WAL. An attacker's retry is tried too: a statement that was refused for its
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -39,7 +42,7 @@ STATE = r"""
 CREATE SCHEMA corpus_check;
 -- Writes the function corpus_check.state(): every fixture table's rows (their count and the sum
 -- of a 64-bit hash of each row's text) and the catalogs' row counts, in one query, read as the
--- owner inside the caller's transaction.
+-- owner inside the caller's transaction. PL/pgSQL, so its plan is made once, not on every call.
 DO $do$
 DECLARE
     v_parts text;
@@ -52,8 +55,8 @@ BEGIN
       FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
      WHERE c.relkind = 'r' AND n.nspname IN ('public', 'test_schema', 'My Schema');
     EXECUTE format($f$
-        CREATE FUNCTION corpus_check.state() RETURNS jsonb LANGUAGE sql SECURITY DEFINER
-        SET search_path = pg_catalog, pg_temp AS $b$
+        CREATE FUNCTION corpus_check.state() RETURNS jsonb LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp AS $b$ BEGIN RETURN (
         SELECT jsonb_build_object(%s) || jsonb_build_object('catalogs', jsonb_build_array(
             (SELECT count(*) FROM pg_class), (SELECT count(*) FROM pg_proc),
             (SELECT count(*) FROM pg_namespace), (SELECT count(*) FROM pg_authid),
@@ -62,7 +65,7 @@ BEGIN
             (SELECT count(*) FROM pg_trigger), (SELECT count(*) FROM pg_rewrite),
             (SELECT count(*) FROM pg_event_trigger), (SELECT count(*) FROM pg_extension),
             (SELECT count(*) FROM pg_db_role_setting), (SELECT count(*) FROM pg_default_acl),
-            (SELECT last_value FROM public.s)))
+            (SELECT last_value FROM public.s)))); END
         $b$ $f$, v_parts);
 END $do$;
 -- The table a step wrote, from its audit row (the caller's transaction sees it).
@@ -71,6 +74,53 @@ SET search_path = pg_catalog, pg_temp AS $$
     SELECT (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class AS c
               JOIN pg_namespace AS n ON n.oid = c.relnamespace WHERE c.oid = to_regclass(a.target))
       FROM agentdb_private.audit AS a WHERE a.step_id = p_step
+$$;
+-- What a session keeps after a rollback (see SESSION below).
+CREATE FUNCTION corpus_check.session() RETURNS text LANGUAGE sql AS $$ {session} $$;
+-- One statement through agentdb.run_sql, in one round trip, as the caller (the agent). The call,
+-- the attacker's retry and the state check run in a block that is then rolled back (a
+-- subtransaction: it undoes what a ROLLBACK would, and releases what the statement locked); what
+-- a rollback does not undo is read after it: the session's settings and advisory locks, the
+-- random seed (set just before), the WAL written, and, when p_settings, every setting of
+-- pg_settings (by its hash: reading them all costs as much as the call).
+CREATE FUNCTION corpus_check.attempt(p_task uuid, p_statement text, p_expect integer, p_retry boolean,
+                                     p_settings boolean)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_lsn pg_lsn;
+    v_receipt jsonb;
+    v_state jsonb;
+    v_target text;
+    v_error text;
+    v_calls integer := 1;
+BEGIN
+    PERFORM setseed(0.5);
+    v_lsn := pg_current_wal_lsn();
+    BEGIN
+        v_receipt := agentdb.run_sql(p_task, p_statement, p_expect);
+        IF p_retry AND v_receipt ->> 'outcome' = 'unverified'
+           AND coalesce((v_receipt ->> 'matched_rows')::bigint, 0) > 0 THEN
+            v_calls := 2;
+            v_receipt := agentdb.run_sql(p_task, p_statement, (v_receipt ->> 'matched_rows')::integer);
+        END IF;
+        v_state := corpus_check.state();
+        IF v_receipt ->> 'outcome' = 'success' THEN
+            v_target := corpus_check.step_target((v_receipt ->> 'step_id')::bigint);
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'CK001';
+    EXCEPTION
+        WHEN SQLSTATE 'CK001' THEN NULL;
+        WHEN query_canceled OR others THEN  -- never: every statement must come back as a receipt
+            v_error := SQLSTATE || ': ' || split_part(SQLERRM, E'\n', 1);
+    END;
+    RETURN jsonb_build_object(
+        'receipt', v_receipt, 'state', v_state, 'target', v_target, 'error', v_error, 'calls', v_calls,
+        'session', corpus_check.session(), 'random', random(),
+        'wal', pg_wal_lsn_diff(pg_current_wal_lsn(), v_lsn),
+        'settings', CASE WHEN p_settings THEN (
+            SELECT md5(string_agg(name || '=' || coalesce(setting, ''), ',' ORDER BY name))
+              FROM pg_settings) END);
+END
 $$;
 """
 
@@ -87,9 +137,12 @@ SELECT concat_ws(',', (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
                  current_setting('app.user_id', true), current_setting('app.current_user', true),
                  current_setting('agentdb.call', true), current_setting('client_min_messages'))
 """
-ALL_SETTINGS = ("SELECT md5(string_agg(name || '=' || coalesce(setting, ''), ',' ORDER BY name)) "
-                "FROM pg_settings")
+STATE = STATE.replace("{session}", SESSION.strip())
 SETTINGS_EVERY = 100
+# Sessions that share the corpus (each its own task and its own checks): on a 2-core machine
+# two run it in about half the time. Nothing is committed, so they cannot see each other's rows;
+# a write of the same row waits for the other's rollback.
+LANES = 2
 
 
 def unescape(text: str) -> str:
@@ -132,22 +185,30 @@ def test_the_corpus_is_what_docs_say():
 
 @pytest.fixture
 def corpus(db, dsn, login_role):
+    """The fixture schema, the state functions, and connect(): a new session of one login member
+    of agentdb_agent."""
     db.execute((DATA / "hostile_sql_schema.sql").read_text(encoding="utf-8"))
     db.execute(STATE)
     name, password = login_role("agentdb_agent")
     role = psycopg.sql.Identifier(name)
     db.execute(psycopg.sql.SQL("GRANT USAGE ON SCHEMA corpus_check TO {}").format(role))
     db.execute(psycopg.sql.SQL("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA corpus_check TO {}").format(role))
-    agent = psycopg.connect(dsn, user=name, password=password, autocommit=True,
-                            options="-c statement_timeout=3s")
-    yield db, agent
-    agent.close()
+    sessions: list[psycopg.Connection] = []
+
+    def connect() -> psycopg.Connection:
+        sessions.append(psycopg.connect(dsn, user=name, password=password, autocommit=True,
+                                        options="-c statement_timeout=3s"))
+        return sessions[-1]
+
+    yield db, connect
+    for session in sessions:
+        session.close()
 
 
 class Harness:
-    """Runs one statement in a rolled-back transaction of the agent's session and says what
-    it did beyond its own table. One task serves every statement: each call is rolled back, so
-    the task never keeps a step."""
+    """Runs one statement in a rolled-back transaction of the agent's session and says what it
+    did beyond its own table: one round trip (corpus_check.attempt). One task serves every
+    statement: each call is rolled back, so the task never keeps a step."""
 
     def __init__(self, db, agent):
         self.db, self.agent = db, agent
@@ -155,55 +216,47 @@ class Harness:
                                "authenticated => true)").fetchone()[0]
         with agent.transaction(force_rollback=True):
             self.baseline = agent.execute("SELECT corpus_check.state()").fetchone()[0]
-            # One plain call first: it loads PL/pgSQL (whose settings then show in pg_settings)
-            # and defines agentdb.call, as every later call would.
-            agent.execute("SELECT agentdb.run_sql(%s, 'DELETE FROM old_data WHERE id = 1', 1)", (self.task,))
-        self.session = agent.execute(SESSION).fetchone()
-        self.settings = agent.execute(ALL_SETTINGS).fetchone()[0]
-        # The first random() after setseed(0.5): any statement that touched the seed changes it.
-        self.first_random = agent.execute("SELECT setseed(0.5), random()").fetchone()[1]
+        # One plain call first: it loads PL/pgSQL (whose settings then show in pg_settings) and
+        # defines agentdb.call, as every later call would. Then a call that changes nothing gives
+        # the session, the settings and the first random() after setseed(0.5) to compare with.
+        self._attempt("DELETE FROM old_data WHERE id = 1", 1, False)
+        quiet = self._attempt("SELECT 1", 1, False, settings=True)
+        assert quiet["receipt"]["refusal"] == "sql_not_dml" and quiet["state"] == self.baseline, quiet
+        self.session, self.settings, self.first_random = quiet["session"], quiet["settings"], quiet["random"]
         self.calls = 0
+        self.max_wal = 0
 
+    def _attempt(self, statement: str, expect_rows: int, retry: bool, settings: bool = False) -> dict:
+        return self.agent.execute("SELECT corpus_check.attempt(%s, %s, %s, %s, %s)",
+                                  (self.task, statement, expect_rows, retry, settings)).fetchone()[0]
 
-    def run(self, statement: str, expect_rows: int | None, retry: bool) -> tuple[dict, list[str]]:
-        agent, problems, task = self.agent, [], self.task
-        lsn = agent.execute("SELECT setseed(0.5), pg_current_wal_lsn()").fetchone()[1]
-        state, target = self.baseline, None
-        try:
-            with agent.transaction(force_rollback=True):
-                receipt = self._call(task, statement, expect_rows or 1)
-                if retry and receipt["outcome"] == "unverified" and (receipt.get("matched_rows") or 0) > 0:
-                    receipt = self._call(task, statement, receipt["matched_rows"])
-                state = agent.execute("SELECT corpus_check.state()").fetchone()[0]
-                if receipt["outcome"] == "success":
-                    target = agent.execute("SELECT corpus_check.step_target(%s)",
-                                           (receipt["step_id"],)).fetchone()[0]
-        except psycopg.Error as exc:
-            # Never: every statement must come back as a receipt (the transaction is gone).
-            receipt = {"outcome": "error", "verified": False, "refusal": exc.sqlstate, "affected_rows": 0}
-            problems.append(f"run_sql raised {exc.sqlstate}: {str(exc).splitlines()[0][:120]}")
+    def run(self, statement: str, expect_rows: int | None, retry: bool,
+            settings: bool = False) -> tuple[dict, list[str]]:
+        """settings: compare every setting of pg_settings too (a change since the last time)."""
+        done = self._attempt(statement, expect_rows or 1, retry, settings)
+        self.calls += done["calls"]
+        receipt, state, problems = done["receipt"], done["state"], []
+        if done["error"]:
+            receipt = {"outcome": "error", "verified": False, "refusal": done["error"][:5],
+                       "affected_rows": 0}
+            problems.append(f"run_sql raised {done['error'][:120]}")
+            state = self.baseline  # rolled back with the call; nothing to compare
         changed = sorted(k for k in set(state) | set(self.baseline) if state.get(k) != self.baseline.get(k))
-        beyond = [k for k in changed if k != target]
+        beyond = [k for k in changed if k != done["target"]]
         if beyond:
             problems.append("changed " + ", ".join(beyond))
-        session, draw, wal = agent.execute(f"SELECT ({SESSION}), random(), "
-                                           "pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn,)).fetchone()
-        if session != self.session[0]:
+        if done["session"] != self.session:
             problems.append("session settings or advisory locks changed")
-            self.session = (session,)  # the next statement is judged from here
-        if draw != self.first_random:
+            self.session = done["session"]  # the next statement is judged from here
+        if settings and done["settings"] != self.settings:
+            problems.append(f"a setting of pg_settings changed (since {SETTINGS_EVERY} statements before)")
+            self.settings = done["settings"]
+        if done["random"] != self.first_random:
             problems.append("the random seed was touched")
-        if wal > WAL_LIMIT:
-            problems.append(f"{int(wal)} bytes of WAL")
+        self.max_wal = max(self.max_wal, int(done["wal"]))
+        if done["wal"] > WAL_LIMIT:
+            problems.append(f"{int(done['wal'])} bytes of WAL")
         return receipt, problems
-
-    def settings_changed(self) -> bool:
-        return self.agent.execute(ALL_SETTINGS).fetchone()[0] != self.settings
-
-    def _call(self, task, statement, expect_rows) -> dict:
-        self.calls += 1
-        return self.agent.execute("SELECT agentdb.run_sql(%s, %s, %s)",
-                                  (task, statement, expect_rows)).fetchone()[0]
 
 
 def _judge(row, path, receipt, problems, found, figures):
@@ -222,38 +275,45 @@ def _judge(row, path, receipt, problems, found, figures):
 
 
 def test_the_corpus_on_both_paths(corpus):
-    db, agent = corpus
-    harness = Harness(db, agent)
+    db, connect = corpus
+    started = time.monotonic()
+    # The Python path's first step, the guard, for every statement; then each statement to the
+    # database on the direct path, and again on the Python path when the guard accepted it.
+    verdicts = [sqlguard.check(row["statement"]) for row in CORPUS]
+    jobs = [(i, path) for i, verdict in enumerate(verdicts)
+            for path in ("direct", "python") if path == "direct" or verdict.ok]
+    harnesses = [Harness(db, connect()) for _ in range(LANES)]
+    results: dict[tuple[int, str], tuple[dict, list[str]]] = {}
+
+    def lane(number: int) -> None:
+        mine = jobs[number::LANES]
+        for n, (i, path) in enumerate(mine, 1):
+            row = CORPUS[i]
+            results[i, path] = harnesses[number].run(
+                row["statement"], row["expect_rows"], retry=row["expect"] != "allow",
+                settings=n % SETTINGS_EVERY == 0 or n == len(mine))
+
+    with ThreadPoolExecutor(LANES) as pool:
+        list(pool.map(lane, range(LANES)))  # re-raises what a lane raised
+
     found: list[dict] = []
     figures: Counter = Counter()
     refusals: Counter = Counter()
-    started = time.monotonic()
-    for number, row in enumerate(CORPUS, 1):
-        if number % SETTINGS_EVERY == 0 and harness.settings_changed():
-            found.append({"id": row["id"], "problems": [f"a setting changed during the {SETTINGS_EVERY} "
-                                                        "statements before this one"]})
-            figures["settings_escapes"] += 1
-            harness.settings = agent.execute(ALL_SETTINGS).fetchone()[0]
-        statement = row["statement"]
+    for i, row in enumerate(CORPUS):
         figures["cases"] += 1
         figures[f"label_{row['expect']}"] += 1
-        # The direct path: agentdb.run_sql, no Python in the way.
-        receipt, problems = harness.run(statement, row["expect_rows"], retry=row["expect"] != "allow")
+        receipt, problems = results[i, "direct"]
         refusals[receipt.get("refusal") or receipt["outcome"]] += 1
         _judge(row, "direct", receipt, problems, found, figures)
-        # The Python path: the guard first, then the database for what it accepts.
-        verdict = sqlguard.check(statement)
-        if verdict.ok:
-            receipt, problems = harness.run(statement, row["expect_rows"], retry=row["expect"] != "allow")
+        if verdicts[i].ok:
+            receipt, problems = results[i, "python"]
             _judge(row, "python", receipt, problems, found, figures)
         else:
-            refused = {"outcome": "refused", "verified": False, "refusal": f"guard:{verdict.code}",
+            refused = {"outcome": "refused", "verified": False, "refusal": f"guard:{verdicts[i].code}",
                        "affected_rows": 0}
             _judge(row, "python", refused, [], found, figures)
-    if harness.settings_changed():
-        found.append({"id": CORPUS[-1]["id"], "problems": ["a setting changed during the last statements"]})
-        figures["settings_escapes"] += 1
-    figures["run_sql_calls"] = harness.calls
+    figures["run_sql_calls"] = sum(h.calls for h in harnesses)
+    figures["max_wal_bytes"] = max(h.max_wal for h in harnesses)
     figures["seconds"] = round(time.monotonic() - started)
     record("sql_corpus", **figures)
     for item in found:
