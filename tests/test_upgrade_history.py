@@ -39,6 +39,9 @@ TREES = ("migrations", "sql", "pyagentdb/install.py", "pyagentdb/resources.py")
 # Tables whose rows are derived or replaced by an install, not user data.
 DERIVED = ("agentdb_private.claim_langs", "agentdb_private.claim_rules", "agentdb_private.install_log",
            "agentdb_private.messages")  # the catalogue: shipped by the package, replaced by an install
+# Columns an install rewrites on rows it keeps: every install recompiles each tool (sql/95_compile.sql),
+# so when and from what its function was generated is the install's, not the user's data.
+DERIVED_COLUMNS = {"agentdb_private.tools": ("compiled_at", "compiled_sig", "stale_reason")}
 
 
 def _git(*args: str) -> str | None:
@@ -249,7 +252,8 @@ def _tables(conn) -> list[str]:
 
 
 def _rows(conn) -> dict[str, list]:
-    return {table: _one(conn, f"SELECT coalesce(jsonb_agg(to_jsonb(x)), '[]') FROM {table} AS x")
+    return {table: _one(conn, f"SELECT coalesce(jsonb_agg(to_jsonb(x) - %s::text[]), '[]') FROM {table} AS x",
+                        (list(DERIVED_COLUMNS.get(table, ())),))
             for table in _tables(conn)}
 
 
