@@ -275,7 +275,7 @@ def cmd_server(args) -> int:
         status = server.embedded_status(target.data_dir)
         dsn = server.to_url(target.dsn)
         if args.json:
-            print(json.dumps({**status.as_dict(), "dsn": dsn}))
+            print(json.dumps(status.as_dict()))
         else:
             print(dsn)
             print(f"embedded PostgreSQL running in {target.data_dir} (pid {status.pid}); it keeps running "

@@ -117,7 +117,8 @@ class EmbeddedStatus:
 
     def as_dict(self) -> dict:
         return {"data_dir": str(self.data_dir), "initialised": self.initialised, "running": self.running,
-                "kept_running": self.kept_running, "pid": self.pid, "dsn": self.dsn}
+                "kept_running": self.kept_running, "pid": self.pid,
+                "dsn": to_url(self.dsn) if self.dsn else None}  # as `server start` and `url` print it
 
 
 def embedded_status(data_dir: Path | str | None = None, dbname: str = DEFAULT_DBNAME) -> EmbeddedStatus:

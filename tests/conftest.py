@@ -11,8 +11,11 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -109,3 +112,16 @@ def role_connect(db, dsn):
         conn.close()
         db.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(psycopg.sql.Identifier(name)))
         db.execute(psycopg.sql.SQL("DROP ROLE {}").format(psycopg.sql.Identifier(name)))
+
+
+@pytest.fixture
+def embedded_data_dir():
+    """A data dir for an embedded server that a test starts through the CLI; stopped and removed
+    afterwards. Not under pytest's tmp_path: run by root, the wheel's server runs as another user,
+    and each pytest session resets the shared base temp dir to 0700 (sessions share it here)."""
+    path = Path(tempfile.mkdtemp(prefix="pyagentdb-embedded-")) / "pg"
+    yield path
+    subprocess.run([sys.executable, "-m", "pyagentdb", "server", "stop", "--data-dir", str(path)],
+                   capture_output=True, timeout=180, env={k: v for k, v in os.environ.items()
+                                                          if not k.startswith("PYAGENTDB_")})
+    shutil.rmtree(path.parent, ignore_errors=True)

@@ -238,3 +238,28 @@ def test_langchain_tools_and_the_gate_node_on_their_own(alice):
                                                              id="m1")]})
     (message,) = out["messages"]
     assert message.id == "m1" and message.content == turn.reply.text
+
+
+WITHOUT = """
+import sys
+class Absent:  # as if the extra were not installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == sys.argv[1]:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Absent())
+import importlib
+importlib.import_module("pyagentdb.integrations." + sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("sdk, module, extra", [("agents", "openai_agents", "agents"),
+                                                ("langchain_core", "langchain_graph", "langchain")])
+def test_a_missing_sdk_says_which_extra_installs_it(sdk, module, extra):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", WITHOUT, sdk, module], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == \
+        f"ModuleNotFoundError: No module named '{sdk}': pip install 'pyagentdb[{extra}]'", done.stderr

@@ -110,8 +110,8 @@ def test_demo_runs_twice_on_the_same_database(dsn):
                             ).fetchone()[0] == 0
 
 
-def test_embedded_default_starts_and_reuses_its_data_dir(tmp_path):
-    data_dir = tmp_path / "pg"
+def test_embedded_default_starts_and_reuses_its_data_dir(embedded_data_dir):
+    data_dir = embedded_data_dir
     env = {"PYAGENTDB_DATA_DIR": str(data_dir)}
     first = run_cli("install", "--json", env=env)
     assert first.returncode == 0, first.stderr

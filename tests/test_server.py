@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import psycopg
@@ -26,13 +24,8 @@ def cli(*argv, env=None, stdin=None):
 
 
 @pytest.fixture
-def data_dir():
-    """Not under pytest's tmp_path: the embedded server runs as another user under root, and pytest
-    resets its base temp dir to 0700 at each session start (sessions share it here)."""
-    path = Path(tempfile.mkdtemp(prefix="pyagentdb-server-")) / "pg"
-    yield path
-    cli("server", "stop", "--data-dir", str(path))
-    shutil.rmtree(path.parent, ignore_errors=True)
+def data_dir(embedded_data_dir):
+    return embedded_data_dir
 
 
 def test_start_keeps_the_server_running_until_stop(data_dir):
@@ -52,6 +45,8 @@ def test_start_keeps_the_server_running_until_stop(data_dir):
     status = json.loads(cli("server", "status", "--json", env=env).stdout)
     assert status["running"] and status["kept_running"], status
     assert cli("server", "url", env=env).stdout.strip() == dsn
+    # start, status and url name the server the same way (status used to print another form).
+    assert status["dsn"] == dsn and f"dsn           {dsn}" in cli("server", "status", env=env).stdout
     with psycopg.connect(dsn) as conn:  # the printed DSN works for any client, from outside
         assert conn.execute("SELECT count(*) FROM agentdb.tools").fetchone()[0] == 0
 

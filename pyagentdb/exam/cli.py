@@ -30,6 +30,8 @@ def add_parser(sub, common: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--max-turns", type=int, default=8, help="--agent openai: model turns per run (default 8)")
     p.add_argument("--timeout", type=float, default=60.0, help="--agent openai: seconds per request")
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML (one testcase per scenario x run)")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report (chart, tables, "
+                   "what each run claimed against what the books show)")
     p.add_argument("--keep", action="store_true", help="keep each run's database (names in --json output)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--no-color", action="store_true", help="no ANSI colour")
@@ -61,7 +63,7 @@ def _progress(quiet: bool):
 
 def cmd_exam(args) -> int:
     from .. import server, textui
-    from ..cli import UsageError
+    from ..cli import CommandError, UsageError
     from . import agents, report, runner, scenario
 
     runs = args.runs if args.runs is not None else args.k
@@ -80,6 +82,15 @@ def cmd_exam(args) -> int:
     except (scenario.ScenarioError, agents.AgentError) as exc:
         raise UsageError(str(exc), code="bad_input", speaker="pyagentdb exam") from exc
 
+    outputs = {flag: getattr(args, flag) for flag in ("junit", "html") if getattr(args, flag)}
+    for flag, name in outputs.items():  # before the runs: a typo should not cost a whole exam
+        path = Path(name).absolute()
+        why = ("is a directory" if path.is_dir() else None if path.parent.is_dir()
+               and os.access(path.parent, os.W_OK) else f"{path.parent} is not a writable directory")
+        if why:
+            raise UsageError(f"--{flag} {name}: cannot write the file there ({why})", code="bad_output",
+                             speaker="pyagentdb exam")
+
     target = server.resolve(args.dsn, args.data_dir)
     try:
         results = runner.run_exam(target.dsn, scenarios, agent, runs, keep=args.keep,
@@ -87,8 +98,16 @@ def cmd_exam(args) -> int:
     except scenario.ScenarioError as exc:
         raise UsageError(str(exc), code="bad_input", speaker="pyagentdb exam") from exc
 
-    if args.junit:
-        Path(args.junit).write_bytes(report.junit_xml(scenarios, results, args.k))
+    from . import html
+
+    pages = {"junit": lambda: report.junit_xml(scenarios, results, args.k),
+             "html": lambda: html.page(scenarios, results, args.k, args.agent).encode()}
+    for flag, name in outputs.items():
+        try:
+            Path(name).write_bytes(pages[flag]())
+        except OSError as exc:
+            raise CommandError(f"--{flag} {name}: {exc.strerror or exc}", code="bad_output",
+                               speaker="pyagentdb exam") from exc
     if args.json:
         data = report.to_json(scenarios, results, args.k, args.agent)
         print(json.dumps(data, ensure_ascii=False, default=str))

@@ -16,6 +16,18 @@ Every adapter does the same, through one `Turn` per user message:
 - `langchain_graph`: LangChain tools and a LangGraph gate step (`[langchain]`)
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from .turn import Reply, Turn, TurnError
 
 __all__ = ["Reply", "Turn", "TurnError"]
+
+
+@contextmanager
+def extra(name: str) -> Iterator[None]:
+    """Around an adapter's SDK imports: a missing SDK says which extra installs it."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(f"{exc.msg}: pip install 'pyagentdb[{name}]'", name=exc.name) from None

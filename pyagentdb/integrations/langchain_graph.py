@@ -16,11 +16,13 @@ from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from typing import Any
 
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-from langchain_core.tools import BaseTool, StructuredTool
-
 from ..schemas import ExposedTool
+from . import extra
 from .turn import Reply, Turn
+
+with extra("langchain"):
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+    from langchain_core.tools import BaseTool, StructuredTool
 
 _CALL_ID: ContextVar[str | None] = ContextVar("pyagentdb_call_id", default=None)
 

@@ -16,18 +16,20 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agents import (
-    Agent,
-    FunctionTool,
-    GuardrailFunctionOutput,
-    OutputGuardrailTripwireTriggered,
-    RunContextWrapper,
-    Runner,
-    output_guardrail,
-)
-
 from ..schemas import ExposedTool, exposed_tools
+from . import extra
 from .turn import Reply, Turn
+
+with extra("agents"):
+    from agents import (
+        Agent,
+        FunctionTool,
+        GuardrailFunctionOutput,
+        OutputGuardrailTripwireTriggered,
+        RunContextWrapper,
+        Runner,
+        output_guardrail,
+    )
 
 
 def _turn(ctx: RunContextWrapper[Any]) -> Turn:
