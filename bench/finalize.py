@@ -17,6 +17,12 @@ flush, which any durable write pays) is timed apart and reported as
 finalize_reply_with_commit. Reports p50/p90/p99 per way, per language, per verdict
 and overall, and for agentdb.detect_claims alone.
 
+Then, since wall clock on a shared machine says little, counts that depend less on load, per
+way, each way on a backend of its own and the calls interleaved (--count-calls per way): the
+backend's CPU time per call (/proc/<pid>/schedstat, when the server runs on this machine), and
+the statements it ran per call, nested ones included (when pg_stat_statements is loaded with
+pg_stat_statements.track = all). The machine's load average is reported with the figures.
+
     python bench/finalize.py                     # embedded server in a temp dir
     python bench/finalize.py --audit-rows 200000 --n 600 --json
 """
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -74,7 +81,89 @@ def fill_audit(conn: psycopg.Connection, rows: int) -> int:
     return conn.execute("SELECT count(*) FROM agentdb_private.audit").fetchone()[0]
 
 
-def run(dsn: str, audit_rows: int, n: int) -> dict:
+def claims_for(way: str, lang: str, fingerprint: str):
+    """The claims argument of one way (the runtime's Python reading is done here, timed)."""
+    if way == "declared":
+        return Jsonb([{"kind": "create"}])
+    if way == "runtime":
+        reading = read_reply(REPLIES[lang])
+        return Jsonb({"patterns": fingerprint, **{k: reading[k] for k in ("claims", "clauses", "facts")}})
+    return None
+
+
+def _backend_cpu_ns(pid: int) -> int | None:
+    """CPU time a local backend has used (ns), or None when it is not on this machine."""
+    try:
+        with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def counts(dsn: str, n: int, at_eight: str, fingerprint: str) -> dict:
+    """Per way: backend CPU ms per call and statements per call, calls interleaved across ways."""
+    conns = {way: psycopg.connect(dsn, autocommit=True) for way in WAYS}
+    setup = psycopg.connect(dsn, autocommit=True)
+    try:
+        tracked = setup.execute(
+            "SELECT count(*) = 1 FROM pg_extension WHERE extname = 'pg_stat_statements'"
+        ).fetchone()[0] and setup.execute("SHOW pg_stat_statements.track").fetchone()[0] == "all"
+        tasks = {way: [] for way in WAYS}
+        extra = min(n, 100) if tracked else 0
+        for way in WAYS:
+            for i in range(n + 4 + extra):
+                lang = "zh" if i % 2 else "en"
+                task = setup.execute(
+                    "SELECT agentdb.begin_task('bench', 'k-' || %s, 'remind', authenticated => true,"
+                    " lang => %s, time_zone => 'Asia/Shanghai')",
+                    (i, lang),
+                ).fetchone()[0]
+                if i % 4 != 3:
+                    args = {"content": f"count {way} {i} {time.time()}", "remind_at": at_eight}
+                    setup.execute("SELECT agentdb.invoke(%s, 'add_reminder', %s)", (task, Jsonb(args)))
+                tasks[way].append((task, lang))
+
+        def call(way: str, task, lang: str) -> None:
+            claims = claims_for(way, lang, fingerprint)
+            conns[way].execute(
+                "SELECT agentdb.finalize_reply(%s, %s, %s)", (task, REPLIES[lang], claims)
+            ).fetchone()
+
+        for way in WAYS:  # warm: plans and compiled regexes of each backend
+            for task, lang in tasks[way][:4]:
+                call(way, task, lang)
+        pids = {way: conns[way].execute("SELECT pg_backend_pid()").fetchone()[0] for way in WAYS}
+        before = {way: _backend_cpu_ns(pids[way]) for way in WAYS}
+        if tracked:
+            setup.execute("SELECT pg_stat_statements_reset()")
+        for i in range(n):
+            for way in WAYS:
+                call(way, *tasks[way][4 + i])
+        out: dict = {"calls_per_way": n, "load_average": [round(x, 2) for x in os.getloadavg()]}
+        for way in WAYS:
+            after = _backend_cpu_ns(pids[way])
+            out[f"backend_cpu_ms_per_call_{way}"] = (
+                None if before[way] is None or after is None else round((after - before[way]) / n / 1e6, 4)
+            )
+        if tracked:
+            # pg_stat_statements does not keep backends apart: each way is counted in a run of its own.
+            for way in WAYS:
+                rest = tasks[way][4 + n :]
+                setup.execute("SELECT pg_stat_statements_reset()")
+                for task, lang in rest:
+                    call(way, task, lang)
+                total = setup.execute(
+                    "SELECT sum(calls) FROM pg_stat_statements WHERE query NOT LIKE '%%pg_stat_statements%%'"
+                ).fetchone()[0]
+                out[f"statements_per_call_{way}"] = round(float(total) / len(rest), 1)
+        return out
+    finally:
+        for c in conns.values():
+            c.close()
+        setup.close()
+
+
+def run(dsn: str, audit_rows: int, n: int, count_calls: int = 200) -> dict:
     install.upgrade(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         examples.install_reminders(conn)
@@ -113,14 +202,7 @@ def run(dsn: str, audit_rows: int, n: int) -> dict:
             # Timed apart: the call inside an open transaction, then its COMMIT (the WAL flush).
             conn.execute("BEGIN")
             start = time.perf_counter()
-            if way == "declared":
-                claims = Jsonb([{"kind": "create"}])
-            elif way == "runtime":
-                reading = read_reply(REPLIES[lang])
-                sent = {k: reading[k] for k in ("claims", "clauses", "facts")}
-                claims = Jsonb({"patterns": fingerprint, **sent})
-            else:
-                claims = None
+            claims = claims_for(way, lang, fingerprint)
             verdict = conn.execute(
                 "SELECT agentdb.finalize_reply(%s, %s, %s)", (task, REPLIES[lang], claims)
             ).fetchone()[0]
@@ -138,6 +220,8 @@ def run(dsn: str, audit_rows: int, n: int) -> dict:
             conn.execute("SELECT agentdb.detect_claims(%s)", (REPLIES[lang],)).fetchone()
             timings["detect_claims"].append((time.perf_counter() - start) * 1000)
         version = conn.execute("SHOW server_version").fetchone()[0]
+    load = [round(x, 2) for x in os.getloadavg()]
+    counted = counts(dsn, count_calls, at_eight, fingerprint) if count_calls > 0 else {}
     overall = timings["deliver"] + timings["replace"]
     result = {
         "server_version": version,
@@ -148,6 +232,8 @@ def run(dsn: str, audit_rows: int, n: int) -> dict:
         "detect_claims": percentiles(timings["detect_claims"]),
         "finalize_reply_with_commit": percentiles(timings["with_commit"]),
         "target_p50_ms": 0.5,
+        "load_average": load,
+        "counts": counted,
     }
     for way in WAYS:
         result[f"finalize_reply_{way}"] = percentiles(timings[way])
@@ -161,6 +247,9 @@ def main() -> None:
     parser.add_argument("--dsn", help="scratch database (default: embedded server in a temp dir)")
     parser.add_argument("--audit-rows", type=int, default=1_000_000)
     parser.add_argument("--n", type=int, default=1000, help="measured finalize_reply calls")
+    parser.add_argument(
+        "--count-calls", type=int, default=200, help="calls per way for the CPU and statement counts"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     dsn = args.dsn
@@ -172,7 +261,7 @@ def main() -> None:
             tempfile.mkdtemp(prefix="pyagentdb-bench-") + "/pg", cleanup_mode="delete"
         )
         dsn = server.get_uri()
-    result = run(dsn, args.audit_rows, args.n)
+    result = run(dsn, args.audit_rows, args.n, args.count_calls)
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -189,6 +278,19 @@ def main() -> None:
     for name in ["finalize_reply", *(f"finalize_reply_{way}" for way in WAYS)]:
         met = "met" if result[name]["p50_ms"] < result["target_p50_ms"] else "NOT met"
         print(f"target p50 < {result['target_p50_ms']} ms, {name}: {met}")
+    print(f"load average at the end of the timed calls: {result['load_average']}")
+    counted = result["counts"]
+    if counted:
+        print(f"counts, {counted['calls_per_way']} calls per way (load {counted['load_average']}):")
+        base = counted.get("backend_cpu_ms_per_call_declared")
+        for way in WAYS:
+            cpu = counted.get(f"backend_cpu_ms_per_call_{way}")
+            ratio = f" ({cpu / base:.2f} x declared)" if cpu is not None and base else ""
+            stmts = counted.get(f"statements_per_call_{way}")
+            print(
+                f"  {way:9} backend CPU {'-' if cpu is None else f'{cpu:.3f} ms'} per call{ratio}"
+                + ("" if stmts is None else f", {stmts} statements per call")
+            )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,9 @@
-"""Write sql/claim_patterns.json in its house style: one claim object per line."""
+"""Write sql/claim_patterns.json in its house style: one claim object per line.
+
+    python bench/format_patterns.py sql/claim_patterns.json            # format only
+    python bench/format_patterns.py sql/claim_patterns.json --guards   # and (re)write each claim's
+                                                                       # "any" (its literal guard)
+"""
 
 import json
 import sys
@@ -32,4 +37,14 @@ def dump(value, indent=0, key=None):
 
 path = Path(sys.argv[1])
 doc = json.loads(path.read_text(encoding="utf-8"))
+if "--guards" in sys.argv[2:]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from pyagentdb.claims import required_literals
+
+    for spec in doc["languages"].values():
+        for claim in spec["claims"]:
+            claim.pop("any", None)
+            found = required_literals(claim["pattern"])
+            if found:
+                claim["any"] = found
 path.write_text(dump(doc) + "\n", encoding="utf-8")

@@ -70,6 +70,101 @@ class _Longest:
             pos = end if end > start else start + 1
 
 
+def kind_order() -> list[str]:
+    """The order in which the kinds' alternations are tried (the document's kind_order)."""
+    return list(patterns().get("kind_order") or KINDS)
+
+
+def kind_alternations(claims: list[dict]) -> list[tuple[str, str, tuple[str, ...] | None]]:
+    """A language's claim patterns as one alternation per kind (its patterns in document order),
+    in kind_order, with the kind's literal guard: what both detectors search, as
+    agentdb_private.load_claim_patterns compiles it. One regex per kind instead of one per
+    pattern keeps PostgreSQL's cache of compiled regexes (32 per session) from overflowing. The
+    guard is every string of its patterns' "any" lists (None when a pattern has none): a clause
+    holding none of them is not searched for the kind."""
+    out = []
+    for kind in kind_order():
+        found = [c for c in claims if c["kind"] == kind]
+        if found:
+            guards = None
+            if all("any" in c for c in found):
+                guards = tuple(sorted({g for c in found for g in c["any"]}))
+            out.append((kind, "|".join(f"(?:{c['pattern']})" for c in found), guards))
+    return out
+
+
+def _strength(literals) -> float:
+    """How rarely the weakest of these strings occurs in a clause, roughly: its length, an
+    ASCII character counting half (letters of words, not of a script of thousands)."""
+    return min(sum(1 if ord(ch) > 127 else 0.5 for ch in s) for s in literals)
+
+
+def _best(options):
+    options = [o for o in options if o and "" not in o]
+    if not options:
+        return None
+    return max(options, key=lambda o: (_strength(o) >= 2, -len(o), _strength(o)))
+
+
+def required_literals(pattern: str, cap: int = 48) -> list[str] | None:
+    """Strings one of which every match of `pattern` contains, or None when none are found:
+    the "any" list of a claim pattern (`python bench/format_patterns.py --guards` writes them). Read
+    from the pattern's syntax tree: a run of literals, a small character class and an optional
+    part multiply out into exact strings (at most `cap`), an alternation needs a string of every
+    alternative, a repetition of at least one needs its body's."""
+    from re import _constants as C  # noqa: N812
+    from re import _parser as P  # noqa: N812
+
+    def seq(items):
+        runs, reqs, cur, exact = [], [], {""}, True
+        for op, av in items:
+            ex, rq = item(op, av)
+            if rq is not None:
+                reqs.append(rq)
+            if ex is not None and len(cur) * len(ex) <= cap:
+                cur = {a + b for a in cur for b in ex}
+            else:
+                exact = False
+                runs.append(cur)
+                cur = ex if ex is not None else {""}
+        runs.append(cur)
+        return (cur if exact else None), _best(runs + reqs)
+
+    def item(op, av):
+        if op is C.LITERAL:
+            return {chr(av)}, {chr(av)}
+        if op is C.AT:
+            return {""}, None
+        if op is C.IN:
+            chars = {chr(a) for o, a in av if o is C.LITERAL}
+            if len(chars) != len(av) or len(chars) > 8:
+                return None, None
+            return chars, chars
+        if op is C.SUBPATTERN:
+            return seq(av[-1])
+        if op is C.BRANCH:
+            both = [seq(alt) for alt in av[1]]
+            exs = [e for e, _ in both]
+            exact = set().union(*exs) if None not in exs and sum(map(len, exs)) <= cap else None
+            reqs = [_best([e, r]) for e, r in both]
+            req = None if None in reqs else set().union(*reqs)
+            return exact, _best([exact, req])
+        if op is C.MAX_REPEAT:
+            lo, hi, body = av
+            ex, rq = seq(body)
+            if lo == 0:
+                return ((ex | {""}) if hi == 1 and ex is not None else None), None
+            if lo == hi == 1:
+                return ex, rq
+            return None, _best([ex, rq])
+        return None, None  # any character, a negated class, anything else
+
+    ex, rq = seq(P.parse(pattern))
+    found = _best([ex, rq])
+    # A string as common as a space or one letter guards nothing: the kind is then searched.
+    return sorted(found) if found and _strength(found) >= 1.5 else None
+
+
 @lru_cache(maxsize=8)
 def _compiled(lang: str):
     spec = patterns()["languages"][lang]
@@ -80,7 +175,7 @@ def _compiled(lang: str):
         raise ValueError(f"a claim pattern of {lang!r} (flag i) has an upper-case letter: use lower case")
     # Exclusions and the script are only tested for a match: where it ends does not matter.
     exclude = [re.compile(p) for p in spec["exclude"]]
-    claims = [(c["kind"], _Longest(c["pattern"])) for c in spec["claims"]]
+    claims = [(kind, _Longest(rx), guards) for kind, rx, guards in kind_alternations(spec["claims"])]
     script = re.compile(spec["script"]) if spec.get("script") else None
     return exclude, claims, script, fold
 
@@ -107,7 +202,11 @@ def _normaliser():
     drop.update({ord(c): " " for c in spec["spaces"]})
     hant = str.maketrans(spec["hant"], spec["hans"])
     # Leftmost-longest, as regexp_replace in PostgreSQL.
-    rewrites = [(regex.compile(rx, flags=regex.POSIX | regex.VERSION0), repl) for rx, repl in spec["rewrite"]]
+    posix = regex.POSIX | regex.VERSION0
+    rewrites = [
+        (regex.compile(rule[0], flags=posix), rule[1], rule[2] if len(rule) > 2 else None)
+        for rule in spec["rewrite"]
+    ]
     return drop, hant, rewrites
 
 
@@ -127,8 +226,10 @@ def normalise(text: str | None) -> str | None:
     out = unicodedata.normalize("NFKC", text).translate(drop)
     if _CJK.search(out):
         out = out.translate(hant)
-    for rx, repl in rewrites:
-        out = rx.sub(repl, out)
+    for rx, repl, when in rewrites:
+        # A rewrite with a "when" list is applied only to a text holding one of its strings.
+        if when is None or any(w in out for w in when):
+            out = rx.sub(repl, out)
     return out
 
 
@@ -210,13 +311,19 @@ def detect_claims(text: str | None, lang: str | None = None) -> list[Claim]:
             if script is not None and not script.search(clause):
                 continue  # no word of this language here: none of its claims can match
             subject = clause.translate(_ASCII_LOWER) if fold else clause
-            if any(p.search(subject) for p in exclude):
-                continue
-            for kind, pattern in claims:
+            excluded = None
+            for kind, pattern, guards in claims:
                 if cap is not None and counts.get(kind, 0) >= cap:
                     continue  # one more claim of this kind would not change its verdict
+                if guards is not None and not any(g in subject for g in guards):
+                    continue  # none of the kind's literals: none of its patterns can match
                 if pattern.fast.search(subject) is None:
                     continue  # the common case, without a generator
+                if excluded is None:
+                    # Asked only of a clause some kind matches, as in SQL (the same answer).
+                    excluded = any(p.search(subject) for p in exclude)
+                if excluded:
+                    break
                 for span in pattern.spans(subject, cap):
                     if span[0] == span[1] or any(s < span[1] and span[0] < e for s, e in taken):
                         continue
@@ -253,9 +360,10 @@ def read_reply(text: str | None) -> dict:
 
 
 @lru_cache(maxsize=8)
-def _lexicon(lang: str) -> list[tuple[str, re.Pattern]]:
+def _lexicon(lang: str) -> list[tuple[str, re.Pattern, tuple[str, ...] | None]]:
+    """A language's lexicon entries: class, regex and literal guards (None: always tried)."""
     entries = (patterns().get("classes") or {}).get("lexicon", {}).get(lang) or []
-    return [(name, re.compile(rx)) for name, rx in entries]
+    return [(e[0], re.compile(e[1]), tuple(e[2]) if len(e) > 2 else None) for e in entries]
 
 
 def _fold(lang: str, text: str) -> str:
@@ -265,10 +373,13 @@ def _fold(lang: str, text: str) -> str:
 
 def claim_class(lang: str | None, tail: str, kind: str) -> str:
     """The class of a claim: the first lexicon entry of its language matching `tail` (its clause
-    from the claim's start on), else its kind. As agentdb_private.claim_class."""
+    from the claim's start on), else its kind; an entry with literal guards is tried only on a
+    tail holding one of them. As agentdb_private.claim_class."""
     if lang and lang in patterns()["languages"]:
         subject = _fold(lang, tail)
-        for name, rx in _lexicon(lang):
+        for name, rx, guards in _lexicon(lang):
+            if guards is not None and not any(g in subject for g in guards):
+                continue
             if rx.search(subject):
                 return name
     return kind
@@ -282,7 +393,7 @@ def label_classes(label_en: str | None, label_zh: str | None) -> list[str]:
             continue
         for lang in sorted(patterns()["languages"]):
             subject = _fold(lang, label)
-            found.update(name for name, rx in _lexicon(lang) if rx.search(subject))
+            found.update(name for name, rx, _guards in _lexicon(lang) if rx.search(subject))
     return sorted(found)
 
 
@@ -339,6 +450,9 @@ def read_facts(text: str | None, clauses: list[dict] | None = None) -> list[dict
                 continue
             subject = whole.translate(_ASCII_LOWER) if fold else whole
             for rule, rx in _fact_rules(code):
+                # A rule with an "any" list is tried only on a clause holding one of its strings.
+                if "any" in rule and not any(w in subject for w in rule["any"]):
+                    continue
                 if rx.fast.search(subject) is None:
                     continue
                 kind = rule["type"]

@@ -19,6 +19,18 @@ AS $$
          UNION ALL SELECT r.value FROM jsonb_each_text(l.value -> 'labels') AS r) AS x
      WHERE x.re IS NOT NULL
     UNION ALL
+    SELECT l.key, NULL, e.value ->> 1
+      FROM jsonb_each(CASE WHEN jsonb_typeof(p_doc -> 'classes' -> 'lexicon') = 'object'
+                           THEN p_doc -> 'classes' -> 'lexicon' ELSE '{}' END) AS l
+     CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(l.value) = 'array' THEN l.value ELSE '[]' END) AS e
+     WHERE jsonb_typeof(e.value) = 'array'
+    UNION ALL
+    SELECT l.key, NULL, r.value ->> 'pattern'
+      FROM jsonb_each(CASE WHEN jsonb_typeof(p_doc -> 'facts' -> 'languages') = 'object'
+                           THEN p_doc -> 'facts' -> 'languages' ELSE '{}' END) AS l
+     CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(l.value) = 'array' THEN l.value ELSE '[]' END) AS r
+     WHERE jsonb_typeof(r.value) = 'object'
+    UNION ALL
     SELECT NULL, NULL, p_doc ->> 'question_sep' WHERE p_doc ? 'question_sep'
     UNION ALL
     SELECT NULL, NULL, w ->> 0
@@ -38,6 +50,65 @@ BEGIN
 EXCEPTION WHEN invalid_regular_expression THEN
     RETURN SQLERRM;
 END
+$$;
+
+-- A string as a LIKE pattern matching any text that holds it: the literal
+-- guards of claims, lexicon entries and facts rules are tested with LIKE ANY.
+CREATE OR REPLACE FUNCTION agentdb_private.holding(p_literal text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT '%' || replace(replace(replace(p_literal, '\', '\\'), '%', '\%'), '_', '\_') || '%'
+$$;
+
+-- Is this a JSON array of non-empty strings?
+CREATE OR REPLACE FUNCTION agentdb_private.is_string_list(p_value jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT jsonb_typeof(p_value) = 'array'
+       AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_value) AS v
+                        WHERE jsonb_typeof(v) <> 'string' OR v #>> '{}' = '')
+$$;
+
+-- The order in which the kinds' alternations are tried: the document's
+-- kind_order, or create, update, delete, done.
+CREATE OR REPLACE FUNCTION agentdb_private.kind_order(p_doc jsonb)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN jsonb_typeof(p_doc -> 'kind_order') = 'array'
+                THEN ARRAY(SELECT jsonb_array_elements_text(p_doc -> 'kind_order'))
+                ELSE ARRAY['create', 'update', 'delete', 'done'] END
+$$;
+
+-- The sets of labels the gate asks a clause about (agentdb_private.clause_has),
+-- each with its label names, sorted: ack, ack_all and action alone; nonstating
+-- (a question, an offer or a condition: a clause that states no fact); and
+-- per state of accept (troubled, empty_action) its needs, and the rest of what
+-- it accepts (without ack, asked on its own, and the pseudo-label inert).
+CREATE OR REPLACE FUNCTION agentdb_private.label_sets(p_doc jsonb)
+RETURNS TABLE (name text, labels text[])
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT v.name, v.labels
+      FROM (VALUES ('ack', ARRAY['ack']), ('ack_all', ARRAY['ack_all']), ('action', ARRAY['action']),
+                   ('nonstating', ARRAY['condition', 'offer', 'question'])) AS v (name, labels)
+    UNION ALL
+    SELECT st.state || '.needs',
+           ARRAY(SELECT n FROM jsonb_array_elements_text(coalesce(p_doc -> 'needs' -> st.state, '[]')) AS n
+                  ORDER BY n COLLATE "C")
+      FROM unnest(ARRAY['troubled', 'empty_action']) AS st (state)
+    UNION ALL
+    SELECT st.state || '.rest',
+           ARRAY(SELECT a FROM jsonb_array_elements_text(coalesce(p_doc -> 'accept' -> st.state, '[]')) AS a
+                  WHERE a NOT IN ('ack', 'inert') AND NOT coalesce(p_doc -> 'needs' -> st.state, '[]') ? a
+                  ORDER BY a COLLATE "C")
+      FROM unnest(ARRAY['troubled', 'empty_action']) AS st (state)
 $$;
 
 CREATE OR REPLACE FUNCTION agentdb_private.load_claim_patterns(p_doc jsonb)
@@ -82,8 +153,13 @@ BEGIN
                                    jsonb_array_elements(l.value -> 'claims') AS c
                       WHERE jsonb_typeof(c) <> 'object'
                          OR c ->> 'kind' IS NULL OR c ->> 'kind' NOT IN ('create', 'update', 'delete', 'done')
-                         OR jsonb_typeof(c -> 'pattern') IS DISTINCT FROM 'string')
-            THEN 'each claim needs a kind (create, update, delete or done) and a pattern string'
+                         OR jsonb_typeof(c -> 'pattern') IS DISTINCT FROM 'string'
+                         OR (c ? 'any' AND NOT agentdb_private.is_string_list(c -> 'any'))
+                         OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(
+                                        CASE WHEN jsonb_typeof(c -> 'any') = 'array' THEN c -> 'any' ELSE '[]' END) AS w
+                                     WHERE strpos(w, E'\n') > 0))
+            THEN 'each claim needs a kind (create, update, delete or done) and a pattern string, '
+                 || 'and its "any" must be a list of non-empty strings without a newline'
         WHEN EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'languages') AS l,
                                    jsonb_array_elements(l.value -> 'exclude') AS e
                       WHERE jsonb_typeof(e) <> 'string')
@@ -107,11 +183,41 @@ BEGIN
                 OR char_length(p_doc -> 'normalise' ->> 'hant') <> char_length(p_doc -> 'normalise' ->> 'hans')
                 OR jsonb_typeof(p_doc -> 'normalise' -> 'rewrite') IS DISTINCT FROM 'array'
                 OR EXISTS (SELECT 1 FROM jsonb_array_elements(p_doc -> 'normalise' -> 'rewrite') AS w
-                            WHERE jsonb_typeof(w) <> 'array' OR jsonb_array_length(w) <> 2
+                            WHERE jsonb_typeof(w) <> 'array' OR jsonb_array_length(w) NOT IN (2, 3)
                                OR jsonb_typeof(w -> 0) <> 'string' OR jsonb_typeof(w -> 1) <> 'string'
-                               OR w ->> 1 !~ '^([^\\]|\\[1-9])*$'))
+                               OR w ->> 1 !~ '^([^\\]|\\[1-9])*$'
+                               OR (jsonb_array_length(w) = 3 AND NOT agentdb_private.is_string_list(w -> 2))))
             THEN 'normalise needs strip, spaces, hant and hans strings (hant and hans of one length) and a '
-                 || 'rewrite list of [regex, replacement] pairs whose replacements use only \1 to \9'
+                 || 'rewrite list of [regex, replacement] or [regex, replacement, [string, ...]] whose '
+                 || 'replacements use only \1 to \9'
+        WHEN EXISTS (SELECT 1 FROM jsonb_each(CASE WHEN jsonb_typeof(p_doc -> 'needs') = 'object'
+                                                   THEN p_doc -> 'needs' ELSE '{}' END) AS n,
+                                   jsonb_array_elements_text(n.value) AS x
+                      WHERE NOT coalesce(p_doc -> 'accept' -> n.key, '[]') ? x)
+            THEN 'every label a state needs must also be one it accepts'
+        WHEN p_doc ? 'kind_order' AND NOT (jsonb_typeof(p_doc -> 'kind_order') = 'array'
+                AND (SELECT array_agg(k ORDER BY k) FROM jsonb_array_elements_text(p_doc -> 'kind_order') AS k)
+                    = ARRAY['create', 'delete', 'done', 'update'])
+            THEN 'kind_order must list create, update, delete and done, each once'
+        WHEN EXISTS (SELECT 1 FROM jsonb_each(CASE WHEN jsonb_typeof(p_doc -> 'classes' -> 'lexicon') = 'object'
+                                                   THEN p_doc -> 'classes' -> 'lexicon' ELSE '{}' END) AS l
+                      CROSS JOIN LATERAL jsonb_array_elements(
+                          CASE WHEN jsonb_typeof(l.value) = 'array' THEN l.value ELSE '[null]' END) AS e
+                      WHERE jsonb_typeof(e.value) IS DISTINCT FROM 'array'
+                         OR jsonb_array_length(e.value) NOT IN (2, 3)
+                         OR jsonb_typeof(e.value -> 0) <> 'string' OR jsonb_typeof(e.value -> 1) <> 'string'
+                         OR (jsonb_array_length(e.value) = 3 AND NOT agentdb_private.is_string_list(e.value -> 2))
+                         OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(
+                                        CASE WHEN jsonb_array_length(e.value) = 3 THEN e.value -> 2 ELSE '[]' END) AS w
+                                     WHERE strpos(w, E'\n') > 0))
+            THEN 'each lexicon entry is [class, regex] or [class, regex, [string, ...]] (strings without a newline)'
+        WHEN EXISTS (SELECT 1 FROM jsonb_each(CASE WHEN jsonb_typeof(p_doc -> 'facts' -> 'languages') = 'object'
+                                                   THEN p_doc -> 'facts' -> 'languages' ELSE '{}' END) AS l
+                      CROSS JOIN LATERAL jsonb_array_elements(
+                          CASE WHEN jsonb_typeof(l.value) = 'array' THEN l.value ELSE '[{}]' END) AS r
+                      WHERE jsonb_typeof(r.value -> 'pattern') IS DISTINCT FROM 'string'
+                         OR (r.value ? 'any' AND NOT agentdb_private.is_string_list(r.value -> 'any')))
+            THEN 'each facts rule needs a pattern string, and "any" must be a list of non-empty strings'
     END;
     IF v_problem IS NOT NULL THEN
         RAISE EXCEPTION '%', v_problem USING ERRCODE = 'invalid_parameter_value';
@@ -167,14 +273,19 @@ BEGIN
     ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, fingerprint = excluded.fingerprint, loaded_at = excluded.loaded_at
     WHERE r.doc IS DISTINCT FROM excluded.doc OR r.fingerprint IS DISTINCT FROM excluded.fingerprint;
 
-    -- Compiled per language: all exclusions in one alternation, and per kind one
-    -- alternation of its patterns (a guard). A pattern is tried on a clause only
-    -- when its kind's guard matches: most clauses hold no claim, and the few hot
-    -- regexes stay in PostgreSQL's per-session cache of 32 compiled ones.
+    -- Compiled per language: all exclusions in one alternation; per kind one
+    -- alternation of its patterns, the kinds in kind_order (the guard columns
+    -- hold the same: each alternation is its own guard); the labels, and per
+    -- label set the gate asks about one alternation of the set's labels; the
+    -- class lexicon's names, regexes and literal guards (joined by newlines:
+    -- a clause holds none), an entry being tried only on a clause holding one
+    -- of its strings. A reply then needs a few regexes per language, and they
+    -- stay in PostgreSQL's per-session cache of 32 compiled ones.
     DELETE FROM agentdb_private.claim_langs;
     INSERT INTO agentdb_private.claim_langs
         (lang, clause_split, max_clause, max_per_kind, flags, script, exclude_re, guarded, guard_kinds,
-         guard_res, claim_kinds, claim_res, label_names, label_res, question_sep)
+         guard_res, claim_kinds, claim_res, label_names, label_res, question_sep,
+         set_names, set_labels, set_res, lexicon_names, lexicon_res, lexicon_guards, claim_guards)
     SELECT
         l.key,
         p_doc ->> 'clause_split',
@@ -184,28 +295,61 @@ BEGIN
         l.value ->> 'script',
         (SELECT string_agg('(?:' || e.re || ')', '|' ORDER BY e.n)
            FROM jsonb_array_elements_text(l.value -> 'exclude') WITH ORDINALITY AS e (re, n)),
-        coalesce((l.value ->> 'precheck')::boolean, false),
+        false,
         g.kinds,
         g.res,
-        ARRAY(SELECT c.c ->> 'kind' FROM jsonb_array_elements(l.value -> 'claims') WITH ORDINALITY AS c (c, n)
-               ORDER BY c.n),
-        ARRAY(SELECT c.c ->> 'pattern' FROM jsonb_array_elements(l.value -> 'claims') WITH ORDINALITY AS c (c, n)
-               ORDER BY c.n),
+        g.kinds,
+        g.res,
         -- Labels in byte order of their names, as the Python reader takes them.
         ARRAY(SELECT r.key FROM jsonb_each_text(l.value -> 'labels') AS r ORDER BY r.key COLLATE "C"),
         ARRAY(SELECT r.value FROM jsonb_each_text(l.value -> 'labels') AS r ORDER BY r.key COLLATE "C"),
-        p_doc ->> 'question_sep'
+        p_doc ->> 'question_sep',
+        ARRAY(SELECT t.name FROM agentdb_private.label_sets(p_doc) AS t ORDER BY t.name COLLATE "C"),
+        ARRAY(SELECT array_to_string(t.labels, ',') FROM agentdb_private.label_sets(p_doc) AS t
+               ORDER BY t.name COLLATE "C"),
+        ARRAY(SELECT (SELECT string_agg('(?:' || (l.value -> 'labels' ->> x.label) || ')', '|' ORDER BY x.label)
+                        FROM unnest(t.labels) AS x (label) WHERE l.value -> 'labels' ? x.label)
+                FROM agentdb_private.label_sets(p_doc) AS t ORDER BY t.name COLLATE "C"),
+        ARRAY(SELECT e.e ->> 0 FROM jsonb_array_elements(coalesce(p_doc -> 'classes' -> 'lexicon' -> l.key, '[]'))
+                                    WITH ORDINALITY AS e (e, n) ORDER BY e.n),
+        ARRAY(SELECT e.e ->> 1 FROM jsonb_array_elements(coalesce(p_doc -> 'classes' -> 'lexicon' -> l.key, '[]'))
+                                    WITH ORDINALITY AS e (e, n) ORDER BY e.n),
+        ARRAY(SELECT (SELECT string_agg(agentdb_private.holding(w), E'\n' ORDER BY wn)
+                        FROM jsonb_array_elements_text(e.e -> 2) WITH ORDINALITY AS g (w, wn))
+                FROM jsonb_array_elements(coalesce(p_doc -> 'classes' -> 'lexicon' -> l.key, '[]'))
+                     WITH ORDINALITY AS e (e, n) ORDER BY e.n),
+        g.guards
     FROM jsonb_each(p_doc -> 'languages') AS l
     CROSS JOIN LATERAL (
-        SELECT array_agg(k.kind ORDER BY k.kind) AS kinds, array_agg(k.re ORDER BY k.kind) AS res
-          FROM (SELECT c ->> 'kind' AS kind, string_agg('(?:' || (c ->> 'pattern') || ')', '|' ORDER BY n) AS re
+        SELECT array_agg(k.kind ORDER BY o.n) AS kinds, array_agg(k.re ORDER BY o.n) AS res,
+               -- A kind's guard: its patterns' "any" strings as LIKE patterns, one
+               -- a line; none when one of its patterns has no "any".
+               array_agg(CASE WHEN k.all_any THEN
+                   (SELECT string_agg(DISTINCT agentdb_private.holding(w), E'\n')
+                      FROM jsonb_array_elements(l.value -> 'claims') AS c2,
+                           jsonb_array_elements_text(c2 -> 'any') AS w
+                     WHERE c2 ->> 'kind' = k.kind) END ORDER BY o.n) AS guards
+          FROM (SELECT c ->> 'kind' AS kind, string_agg('(?:' || (c ->> 'pattern') || ')', '|' ORDER BY n) AS re,
+                       bool_and(c ? 'any') AS all_any
                   FROM jsonb_array_elements(l.value -> 'claims') WITH ORDINALITY AS c (c, n)
-                 GROUP BY c ->> 'kind') AS k) AS g;
+                 GROUP BY c ->> 'kind') AS k
+          JOIN unnest(agentdb_private.kind_order(p_doc)) WITH ORDINALITY AS o (kind, n) ON o.kind = k.kind) AS g;
+
+    -- The facts rules, with their literal guards.
+    DELETE FROM agentdb_private.fact_rules;
+    INSERT INTO agentdb_private.fact_rules AS f (lang, n, type, pattern, num, min, tag, value, any_of)
+    SELECT l.key, r.n, r.r ->> 'type', r.r ->> 'pattern', (r.r ->> 'num')::integer, (r.r ->> 'min')::integer,
+           (r.r ->> 'tag')::integer, (r.r ->> 'value')::numeric,
+           CASE WHEN r.r ? 'any'
+                THEN ARRAY(SELECT agentdb_private.holding(w) FROM jsonb_array_elements_text(r.r -> 'any') AS w) END
+      FROM jsonb_each(coalesce(p_doc -> 'facts' -> 'languages', '{}')) AS l
+     CROSS JOIN LATERAL jsonb_array_elements(l.value) WITH ORDINALITY AS r (r, n);
 
     -- The joined forms detection uses must compile too.
     SELECT j.re, agentdb_private.regex_error(j.re) INTO v_re, v_problem
       FROM (SELECT l.exclude_re AS re FROM agentdb_private.claim_langs AS l WHERE l.exclude_re IS NOT NULL
-            UNION ALL SELECT g FROM agentdb_private.claim_langs AS l, unnest(l.guard_res) AS g
+            UNION ALL SELECT g FROM agentdb_private.claim_langs AS l, unnest(l.claim_res) AS g
+            UNION ALL SELECT g FROM agentdb_private.claim_langs AS l, unnest(l.set_res) AS g WHERE g IS NOT NULL
             UNION ALL SELECT '(' || (p_doc ->> 'clause_split') || ')') AS j
      WHERE agentdb_private.regex_error(j.re) IS NOT NULL
      LIMIT 1;
@@ -231,6 +375,12 @@ BEGIN
         'RETURNS agentdb_private.claim_langs [] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
         format('SELECT %L::agentdb_private.claim_langs []',
                ARRAY(SELECT l FROM agentdb_private.claim_langs AS l ORDER BY l.lang COLLATE "C")));
+    -- The facts rules too, languages in byte order, rules in document order.
+    EXECUTE format(
+        'CREATE OR REPLACE FUNCTION agentdb_private.fact_rules_compiled() '
+        'RETURNS agentdb_private.fact_rules [] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
+        format('SELECT %L::agentdb_private.fact_rules []',
+               ARRAY(SELECT f FROM agentdb_private.fact_rules AS f ORDER BY f.lang COLLATE "C", f.n)));
 END
 $$;
 
@@ -246,6 +396,17 @@ BEGIN
         RETURNS agentdb_private.claim_langs []
         LANGUAGE sql IMMUTABLE PARALLEL SAFE
         AS $body$ SELECT '{}'::agentdb_private.claim_langs [] $body$;
+    END IF;
+END
+$placeholder$;
+
+DO $placeholder$
+BEGIN
+    IF to_regprocedure('agentdb_private.fact_rules_compiled()') IS NULL THEN
+        CREATE FUNCTION agentdb_private.fact_rules_compiled()
+        RETURNS agentdb_private.fact_rules []
+        LANGUAGE sql IMMUTABLE PARALLEL SAFE
+        AS $body$ SELECT '{}'::agentdb_private.fact_rules [] $body$;
     END IF;
 END
 $placeholder$;
@@ -286,6 +447,9 @@ DECLARE
     v_spec jsonb := agentdb_private.claim_doc_compiled() -> 'normalise';
     v_text text := p_text;
     v_rule jsonb;
+    v_i integer;
+    v_j integer;
+    v_hit boolean;
 BEGIN
     IF v_text IS NULL OR v_text = '' OR v_spec IS NULL THEN
         RETURN v_text;
@@ -298,7 +462,19 @@ BEGIN
     IF v_text ~ '[一-鿿]' THEN
         v_text := translate(v_text, v_spec ->> 'hant', v_spec ->> 'hans');
     END IF;
-    FOR v_rule IN SELECT r FROM jsonb_array_elements(v_spec -> 'rewrite') AS r LOOP
+    -- A rewrite with a third element (a list of strings) is applied only to a
+    -- text holding one of them, as the rewrites before it left the text: most
+    -- replies need one or two of the rewrites.
+    -- (Loops over indexes, not queries: each query of a function is an executor
+    -- run, and this one runs on every reply.)
+    FOR v_i IN 0 .. coalesce(jsonb_array_length(v_spec -> 'rewrite'), 0) - 1 LOOP
+        v_rule := v_spec -> 'rewrite' -> v_i;
+        v_hit := jsonb_array_length(v_rule) < 3;
+        FOR v_j IN 0 .. jsonb_array_length(v_rule) - 3 LOOP
+            v_hit := strpos(v_text, v_rule -> 2 ->> v_j) > 0;
+            EXIT WHEN v_hit;
+        END LOOP;
+        CONTINUE WHEN NOT v_hit;
         v_text := regexp_replace(v_text, v_rule ->> 0, v_rule ->> 1, 'g');
     END LOOP;
     RETURN v_text;
@@ -319,7 +495,6 @@ DECLARE
     v_rule agentdb_private.claim_langs;
     v_clauses text [];
     v_seps text [];
-    v_kinds text [];
     v_li integer;
     v_ci integer;
     v_pi integer;
@@ -329,13 +504,14 @@ DECLARE
     v_pattern text;
     v_ms integer;
     v_me integer;
-    v_taken int4range [];
+    v_taken int4multirange;
     v_found jsonb [] := '{}';
     v_counts jsonb := '{}';
     v_kind text;
     v_cap integer;
     v_tries integer;
     v_pos integer;
+    v_excluded boolean;
 BEGIN
     IF model_text IS NULL OR model_text = '' THEN
         RETURN '[]';
@@ -354,8 +530,9 @@ BEGIN
     END IF;
 
     -- The clauses between separators, and the separators, each found in one
-    -- pass over the text: the same cuts as the Python detector makes.
-    v_clauses := regexp_split_to_array(model_text, v_rules[1].clause_split);
+    -- pass over the text: the same cuts as the Python detector makes. One
+    -- regex for both (the split ignores the group).
+    v_clauses := regexp_split_to_array(model_text, '(' || v_rules[1].clause_split || ')');
     IF cardinality(v_clauses) > 1 THEN
         v_seps := ARRAY(SELECT m[1] FROM regexp_matches(model_text, '(' || v_rules[1].clause_split || ')', 'g') AS m);
     END IF;
@@ -368,38 +545,35 @@ BEGIN
         v_clause := CASE WHEN v_rules[1].max_clause IS NULL THEN v_clauses[v_ci]
                          ELSE left(v_clauses[v_ci], v_rules[1].max_clause) END;
         IF v_clause <> '' THEN
-            v_taken := '{}';
+            v_taken := '{}'::int4multirange;
             FOR v_li IN 1 .. cardinality(v_rules) LOOP
-                v_rule := v_rules[v_li];
                 -- A clause without the language's script cannot hold its claims.
-                CONTINUE WHEN v_rule.script IS NOT NULL AND NOT regexp_like(v_clause, v_rule.script);
+                CONTINUE WHEN v_rules[v_li].script IS NOT NULL AND NOT regexp_like(v_clause, v_rules[v_li].script);
+                v_rule := v_rules[v_li];
                 -- Flag i folds ASCII letters only, as the Python detector does. The
                 -- clause is lowered instead of passing the flag: PostgreSQL runs a
                 -- case-insensitive regex many times slower.
                 v_subject := CASE WHEN v_rule.flags = 'i'
                     THEN translate(v_clause, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
                     ELSE v_clause END;
-                CONTINUE WHEN regexp_like(v_subject, v_rule.exclude_re);
-                -- The kinds whose guard matches (measured: worth it for zh, whose
-                -- patterns start with rare characters; not for en). Testing for a
+                -- One alternation per kind, the kinds in kind_order. Testing for a
                 -- match is cheap; finding positions (regexp_instr) is not, so that
-                -- comes last.
-                v_kinds := v_rule.guard_kinds;
-                IF v_rule.guarded THEN
-                    v_kinds := '{}';
-                    FOR v_pi IN 1 .. cardinality(v_rule.guard_res) LOOP
-                        IF regexp_like(v_subject, v_rule.guard_res[v_pi]) THEN
-                            v_kinds := v_kinds || v_rule.guard_kinds[v_pi];
-                        END IF;
-                    END LOOP;
-                    CONTINUE WHEN cardinality(v_kinds) = 0;
-                END IF;
+                -- comes last. The exclusions (one alternation, the costliest regex)
+                -- are asked only of a clause some kind matches: most clauses hold
+                -- no claim, and an excluded clause holds none.
+                v_excluded := NULL;
                 FOR v_pi IN 1 .. cardinality(v_rule.claim_res) LOOP
                     v_kind := v_rule.claim_kinds[v_pi];
-                    CONTINUE WHEN NOT v_kind = ANY (v_kinds)
-                        OR coalesce((v_counts ->> v_kind)::integer, 0) >= v_cap;
+                    CONTINUE WHEN coalesce((v_counts ->> v_kind)::integer, 0) >= v_cap;
+                    -- None of the kind's literals: none of its patterns can match.
+                    CONTINUE WHEN v_rule.claim_guards[v_pi] IS NOT NULL
+                        AND NOT v_subject LIKE ANY (string_to_array(v_rule.claim_guards[v_pi], E'\n'));
                     v_pattern := v_rule.claim_res[v_pi];
                     CONTINUE WHEN NOT regexp_like(v_subject, v_pattern);
+                    IF v_excluded IS NULL THEN
+                        v_excluded := v_rule.exclude_re IS NOT NULL AND regexp_like(v_subject, v_rule.exclude_re);
+                    END IF;
+                    EXIT WHEN v_excluded;
                     -- Matches one after another, each searched from where the last
                     -- ended, as Python's spans(); at most max_per_kind per clause.
                     v_pos := 1;
@@ -411,9 +585,8 @@ BEGIN
                         v_me := regexp_instr(v_subject, v_pattern, v_pos, 1, 1);
                         v_tries := v_tries + 1;
                         v_pos := CASE WHEN v_me > v_ms THEN v_me ELSE v_ms + 1 END;
-                        CONTINUE WHEN v_me = v_ms OR (cardinality(v_taken) > 0
-                            AND EXISTS (SELECT 1 FROM unnest(v_taken) AS t (r) WHERE t.r && int4range(v_ms, v_me)));
-                        v_taken := v_taken || int4range(v_ms, v_me);
+                        CONTINUE WHEN v_me = v_ms OR v_taken && int4range(v_ms, v_me);
+                        v_taken := v_taken + int4range(v_ms, v_me)::int4multirange;
                         v_found := v_found || jsonb_build_object(
                             'kind', v_kind,
                             'text', substr(v_clause, v_ms, v_me - v_ms),
@@ -453,6 +626,56 @@ BEGIN
 END
 $$;
 
+-- The clauses of a text as read_clauses cuts them, without their labels: a
+-- JSON array of {start, end, langs, q, blank}: the languages whose script
+-- the clause holds, whether the separator after it asks a question, whether
+-- it holds no language's script. The gate asks such a frame only what its
+-- task's books need (agentdb_private.clause_has), so that a reply needs few
+-- of the label regexes.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_frames(model_text text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+-- No SET clause: called only by finalize_reply, with a pinned search_path.
+AS $$
+DECLARE
+    v_rules agentdb_private.claim_langs [] := agentdb_private.claim_langs_compiled();
+    v_clauses text [];
+    v_seps text [];
+    v_ci integer;
+    v_li integer;
+    v_offset integer := 0;
+    v_clause text;
+    v_langs text [];
+    v_out jsonb [] := '{}';
+BEGIN
+    IF model_text IS NULL OR model_text = '' OR cardinality(v_rules) = 0 THEN
+        RETURN '[]';
+    END IF;
+    v_clauses := regexp_split_to_array(model_text, '(' || v_rules[1].clause_split || ')');
+    IF cardinality(v_clauses) > 1 THEN
+        v_seps := ARRAY(SELECT m[1] FROM regexp_matches(model_text, '(' || v_rules[1].clause_split || ')', 'g') AS m);
+    END IF;
+    FOR v_ci IN 1 .. cardinality(v_clauses) LOOP
+        v_clause := left(v_clauses[v_ci], coalesce(v_rules[1].max_clause, 2147483647));
+        IF btrim(v_clause) <> '' THEN
+            v_langs := '{}';
+            FOR v_li IN 1 .. cardinality(v_rules) LOOP
+                IF v_rules[v_li].script IS NULL OR regexp_like(v_clause, v_rules[v_li].script) THEN
+                    v_langs := v_langs || v_rules[v_li].lang;
+                END IF;
+            END LOOP;
+            v_out := v_out || jsonb_build_object(
+                'start', v_offset, 'end', v_offset + char_length(v_clauses[v_ci]), 'langs', to_jsonb(v_langs),
+                'q', v_seps[v_ci] IS NOT NULL AND v_rules[1].question_sep IS NOT NULL
+                     AND regexp_like(v_seps[v_ci], v_rules[1].question_sep),
+                'blank', cardinality(v_langs) = 0);
+        END IF;
+        v_offset := v_offset + char_length(v_clauses[v_ci]) + coalesce(char_length(v_seps[v_ci]), 0);
+    END LOOP;
+    RETURN to_jsonb(v_out);
+END
+$$;
+
 -- The clauses of a text and what each is recognised as: a JSON array of
 -- {start, end, labels}, offsets as detect_claims_in gives them, labels in byte
 -- order: every label whose regex matches the clause in a language whose
@@ -462,63 +685,99 @@ $$;
 CREATE OR REPLACE FUNCTION agentdb_private.read_clauses(model_text text)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
--- No SET clause: called only by finalize_reply and agentdb.read_reply, both
--- with a pinned search_path.
+-- No SET clause: called by finalize_reply and agentdb.read_reply, both with a
+-- pinned search_path.
+AS $$
+DECLARE
+    v_rules agentdb_private.claim_langs [] := agentdb_private.claim_langs_compiled();
+    v_frames jsonb := agentdb_private.clause_frames(model_text);
+    v_frame jsonb;
+    v_fi integer;
+    v_li integer;
+    v_pi integer;
+    v_subject text;
+    v_labels text [];
+    v_out jsonb [] := '{}';
+BEGIN
+    FOR v_fi IN 0 .. jsonb_array_length(v_frames) - 1 LOOP
+        v_frame := v_frames -> v_fi;
+        v_labels := '{}';
+        FOR v_li IN 1 .. cardinality(v_rules) LOOP
+            CONTINUE WHEN NOT v_frame -> 'langs' ? v_rules[v_li].lang;
+            v_subject := left(substr(model_text, (v_frame ->> 'start')::integer + 1,
+                                     (v_frame ->> 'end')::integer - (v_frame ->> 'start')::integer),
+                              coalesce(v_rules[1].max_clause, 2147483647));
+            v_subject := CASE WHEN v_rules[v_li].flags = 'i'
+                THEN translate(v_subject, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+                ELSE v_subject END;
+            FOR v_pi IN 1 .. coalesce(cardinality(v_rules[v_li].label_res), 0) LOOP
+                IF NOT v_rules[v_li].label_names[v_pi] = ANY (v_labels)
+                    AND regexp_like(v_subject, v_rules[v_li].label_res[v_pi]) THEN
+                    v_labels := v_labels || v_rules[v_li].label_names[v_pi];
+                END IF;
+            END LOOP;
+        END LOOP;
+        IF v_frame -> 'blank' = 'true' THEN
+            v_labels := v_labels || 'blank'::text;
+        END IF;
+        IF v_frame -> 'q' = 'true' AND NOT 'question' = ANY (v_labels) THEN
+            v_labels := v_labels || 'question'::text;
+        END IF;
+        v_out := v_out || jsonb_build_object(
+            'start', v_frame -> 'start', 'end', v_frame -> 'end',
+            'labels', to_jsonb(ARRAY(SELECT x FROM unnest(v_labels) AS x ORDER BY x COLLATE "C")));
+    END LOOP;
+    RETURN to_jsonb(v_out);
+END
+$$;
+
+-- Does a clause carry a label of the set p_set (agentdb_private.label_sets)?
+-- A clause of a runtime's reading carries its labels; a frame of
+-- clause_frames is asked here, with the set's one alternation per language
+-- whose script it holds ("question" also when the separator after it asks
+-- one, "blank" when it holds no script): the same answer as the labels
+-- read_clauses gives, with one regex instead of one per label.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_has(p_text text, p_clause jsonb, p_set text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
 AS $$
 DECLARE
     v_rules agentdb_private.claim_langs [] := agentdb_private.claim_langs_compiled();
     v_rule agentdb_private.claim_langs;
-    v_clauses text [];
-    v_seps text [];
-    v_ci integer;
-    v_li integer;
-    v_pi integer;
-    v_offset integer := 0;
+    v_i integer;
+    v_names text [];
     v_clause text;
-    v_subject text;
-    v_labels text [];
-    v_scripted boolean;
-    v_out jsonb [] := '{}';
 BEGIN
-    IF model_text IS NULL OR model_text = '' OR cardinality(v_rules) = 0 THEN
-        RETURN '[]';
+    IF cardinality(v_rules) = 0 THEN
+        RETURN false;
     END IF;
-    v_clauses := regexp_split_to_array(model_text, v_rules[1].clause_split);
-    IF cardinality(v_clauses) > 1 THEN
-        v_seps := ARRAY(SELECT m[1] FROM regexp_matches(model_text, '(' || v_rules[1].clause_split || ')', 'g') AS m);
+    v_i := array_position(v_rules[1].set_names, p_set);
+    IF v_i IS NULL THEN
+        RAISE EXCEPTION 'no label set %', p_set USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    FOR v_ci IN 1 .. cardinality(v_clauses) LOOP
-        v_clause := left(v_clauses[v_ci], coalesce(v_rules[1].max_clause, 2147483647));
-        IF btrim(v_clause) <> '' THEN
-            v_labels := '{}';
-            v_scripted := false;
-            FOR v_li IN 1 .. cardinality(v_rules) LOOP
-                v_rule := v_rules[v_li];
-                CONTINUE WHEN v_rule.script IS NOT NULL AND NOT regexp_like(v_clause, v_rule.script);
-                v_scripted := true;
-                v_subject := CASE WHEN v_rule.flags = 'i'
-                    THEN translate(v_clause, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
-                    ELSE v_clause END;
-                FOR v_pi IN 1 .. coalesce(cardinality(v_rule.label_res), 0) LOOP
-                    IF NOT v_rule.label_names[v_pi] = ANY (v_labels) AND regexp_like(v_subject, v_rule.label_res[v_pi]) THEN
-                        v_labels := v_labels || v_rule.label_names[v_pi];
-                    END IF;
-                END LOOP;
-            END LOOP;
-            IF NOT v_scripted THEN
-                v_labels := v_labels || 'blank'::text;
-            END IF;
-            IF v_seps[v_ci] IS NOT NULL AND v_rules[1].question_sep IS NOT NULL
-                AND regexp_like(v_seps[v_ci], v_rules[1].question_sep) AND NOT 'question' = ANY (v_labels) THEN
-                v_labels := v_labels || 'question'::text;
-            END IF;
-            v_out := v_out || jsonb_build_object(
-                'start', v_offset, 'end', v_offset + char_length(v_clauses[v_ci]),
-                'labels', to_jsonb(ARRAY(SELECT x FROM unnest(v_labels) AS x ORDER BY x COLLATE "C")));
+    v_names := string_to_array(v_rules[1].set_labels[v_i], ',');
+    IF jsonb_typeof(p_clause -> 'labels') = 'array' THEN
+        RETURN p_clause -> 'labels' ?| v_names;
+    END IF;
+    IF 'blank' = ANY (v_names) AND p_clause -> 'blank' = 'true' THEN
+        RETURN true;
+    END IF;
+    IF 'question' = ANY (v_names) AND p_clause -> 'q' = 'true' THEN
+        RETURN true;
+    END IF;
+    v_clause := left(substr(p_text, (p_clause ->> 'start')::integer + 1,
+                            (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer),
+                     coalesce(v_rules[1].max_clause, 2147483647));
+    FOREACH v_rule IN ARRAY v_rules LOOP
+        CONTINUE WHEN NOT coalesce(p_clause -> 'langs' ? v_rule.lang, false) OR v_rule.set_res[v_i] IS NULL;
+        IF regexp_like(CASE WHEN v_rule.flags = 'i'
+                            THEN translate(v_clause, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+                            ELSE v_clause END, v_rule.set_res[v_i]) THEN
+            RETURN true;
         END IF;
-        v_offset := v_offset + char_length(v_clauses[v_ci]) + coalesce(char_length(v_seps[v_ci]), 0);
     END LOOP;
-    RETURN to_jsonb(v_out);
+    RETURN false;
 END
 $$;
 

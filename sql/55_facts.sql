@@ -15,26 +15,38 @@ $$;
 
 -- The class of a claim: the first lexicon entry of its language (the specific
 -- classes first) matching its clause from the claim's start on, else its kind.
+-- An entry with literal guards is tried only on a clause holding one of them:
+-- a claim's clause then meets one or two of the lexicon's regexes, not all.
 CREATE OR REPLACE FUNCTION agentdb_private.claim_class(p_lang text, p_tail text, p_kind text)
 RETURNS text
 LANGUAGE plpgsql STABLE
 -- No SET clause: called by the gate's functions, all with a pinned search_path.
 AS $$
 DECLARE
-    v_entry jsonb;
-    v_subject text := p_tail;
+    v_rules agentdb_private.claim_langs [] := agentdb_private.claim_langs_compiled();
+    v_li integer;
+    v_i integer;
+    v_subject text;
+    v_guards text [];
+    v_res text [];
 BEGIN
     IF p_lang IS NULL OR p_tail IS NULL THEN
         RETURN p_kind;
     END IF;
-    IF (SELECT l.flags FROM unnest(agentdb_private.claim_langs_compiled()) AS l WHERE l.lang = p_lang) = 'i' THEN
-        v_subject := translate(p_tail, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz');
-    END IF;
-    FOR v_entry IN SELECT e FROM jsonb_array_elements(
-            coalesce(agentdb_private.claim_doc_compiled() -> 'classes' -> 'lexicon' -> p_lang, '[]')) AS e LOOP
-        IF regexp_like(v_subject, v_entry ->> 1) THEN
-            RETURN v_entry ->> 0;
-        END IF;
+    FOR v_li IN 1 .. cardinality(v_rules) LOOP
+        CONTINUE WHEN v_rules[v_li].lang IS DISTINCT FROM p_lang;
+        v_subject := CASE WHEN v_rules[v_li].flags = 'i'
+                          THEN translate(p_tail, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+                          ELSE p_tail END;
+        v_guards := v_rules[v_li].lexicon_guards;
+        v_res := v_rules[v_li].lexicon_res;
+        FOR v_i IN 1 .. coalesce(cardinality(v_res), 0) LOOP
+            CONTINUE WHEN v_guards[v_i] IS NOT NULL
+                AND NOT v_subject LIKE ANY (string_to_array(v_guards[v_i], E'\n'));
+            IF regexp_like(v_subject, v_res[v_i]) THEN
+                RETURN v_rules[v_li].lexicon_names[v_i];
+            END IF;
+        END LOOP;
     END LOOP;
     RETURN p_kind;
 END
@@ -75,6 +87,26 @@ AS $$
                             ELSE lb.label END, e ->> 1)
 $$;
 
+-- Do a tool's labels name this class (its lexicon entries, in both languages,
+-- on both labels)? The same answer as p_class = ANY (label_classes(...)),
+-- with the entries of one class only.
+CREATE OR REPLACE FUNCTION agentdb_private.label_names_class(p_label_en text, p_label_zh text, p_class text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (
+        SELECT 1
+          FROM unnest(ARRAY[p_label_en, p_label_zh]) AS lb (label)
+         CROSS JOIN unnest(agentdb_private.claim_langs_compiled()) AS l
+         CROSS JOIN LATERAL jsonb_array_elements(
+             coalesce(agentdb_private.claim_doc_compiled() -> 'classes' -> 'lexicon' -> l.lang, '[]')) AS e
+         WHERE lb.label IS NOT NULL AND e ->> 0 = p_class
+           AND regexp_like(CASE WHEN l.flags = 'i'
+                                THEN translate(lb.label, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+                                ELSE lb.label END, e ->> 1))
+$$;
+
 -- The classes a verified step of this tool backs: those of its action, and
 -- those the tool declares (backs) or, when it declares none, its labels name.
 CREATE OR REPLACE FUNCTION agentdb_private.step_classes(p_tool text, p_action text)
@@ -104,7 +136,10 @@ BEGIN
     IF p_word IS NULL OR p_word = '' THEN
         RETURN NULL;
     END IF;
-    IF p_word ~ '^[0-9]+(\.[0-9]+)?$' THEN
+    -- Digits, with at most one decimal point between digits (no regex: the
+    -- cache of compiled ones is kept for the patterns).
+    IF translate(p_word, '0123456789', '') = ''
+        OR (translate(p_word, '0123456789', '') = '.' AND left(p_word, 1) <> '.' AND right(p_word, 1) <> '.') THEN
         RETURN p_word::numeric;
     END IF;
     IF v_numbers ? p_word THEN
@@ -127,84 +162,105 @@ BEGIN
 END
 $$;
 
--- The facts a normalised text states, exactly as pyagentdb.claims.read_facts:
--- per clause of read_clauses (its index), per language whose script it holds,
--- the rules in order, matches leftmost-longest, none overlapping an earlier
--- fact of its type or a skipped span. Each {type, clause, start, end, n, m, tag, value}.
-CREATE OR REPLACE FUNCTION agentdb_private.read_facts(p_text text, p_clauses jsonb)
-RETURNS jsonb
+-- The facts one clause states (its index among the clauses: p_index), as
+-- pyagentdb.claims.read_facts reads them: per language whose script the clause
+-- holds (every language when it holds none: "£89.00", "08:00"), the rules in
+-- order, each tried only when the clause holds one of its "any" strings;
+-- matches leftmost-longest, none overlapping an earlier fact of its type or a
+-- skipped span. Each {type, clause, start, end, n, m, tag, value}.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_facts(p_text text, p_clause jsonb, p_index integer)
+RETURNS jsonb[]
 LANGUAGE plpgsql STABLE
--- No SET clause: called by finalize_reply and agentdb.read_reply, both with a
--- pinned search_path.
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
 AS $$
 DECLARE
-    v_facts jsonb := agentdb_private.claim_doc_compiled() -> 'facts';
-    v_clause jsonb;
-    v_index integer := -1;
-    v_whole text;
+    v_tags jsonb := agentdb_private.claim_doc_compiled() -> 'facts' -> 'tags';
+    v_start integer := (p_clause ->> 'start')::integer;
+    v_whole text := substr(p_text, (p_clause ->> 'start')::integer + 1,
+                           (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer);
     v_subject text;
     v_rule agentdb_private.claim_langs;
-    v_r jsonb;
-    v_re text;
+    v_f agentdb_private.fact_rules;
+    v_hit boolean;
     v_pos integer;
     v_ms integer;
     v_me integer;
-    v_taken jsonb [];
+    v_k integer;
+    v_types text [] := '{}';
+    v_starts integer [] := '{}';
+    v_ends integer [] := '{}';
     v_tag text;
     v_any boolean;
     v_out jsonb [] := '{}';
 BEGIN
-    IF p_text IS NULL OR v_facts IS NULL THEN
-        RETURN '[]';
+    IF v_whole IS NULL OR v_whole = '' THEN
+        RETURN v_out;
     END IF;
-    FOR v_clause IN SELECT c FROM jsonb_array_elements(p_clauses) AS c LOOP
-        v_index := v_index + 1;
-        v_whole := substr(p_text, (v_clause ->> 'start')::integer + 1,
-                          (v_clause ->> 'end')::integer - (v_clause ->> 'start')::integer);
-        v_taken := '{}';
-        -- A clause holding no language's script ("£89.00", "08:00") is read with every language's rules.
-        v_any := NOT EXISTS (SELECT 1 FROM unnest(agentdb_private.claim_langs_compiled()) AS l
-                              WHERE l.script IS NULL OR regexp_like(v_whole, l.script));
-        FOREACH v_rule IN ARRAY agentdb_private.claim_langs_compiled() LOOP
-            CONTINUE WHEN NOT v_any AND v_rule.script IS NOT NULL AND NOT regexp_like(v_whole, v_rule.script);
-            v_subject := CASE WHEN v_rule.flags = 'i'
-                THEN translate(v_whole, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') ELSE v_whole END;
-            FOR v_r IN SELECT r FROM jsonb_array_elements(coalesce(v_facts -> 'languages' -> v_rule.lang, '[]')) AS r LOOP
-                v_re := v_r ->> 'pattern';
-                CONTINUE WHEN NOT regexp_like(v_subject, v_re);
-                v_pos := 1;
-                LOOP
-                    EXIT WHEN v_pos > char_length(v_subject);
-                    v_ms := regexp_instr(v_subject, v_re, v_pos, 1, 0);
-                    EXIT WHEN v_ms = 0;
-                    v_me := regexp_instr(v_subject, v_re, v_pos, 1, 1);
-                    v_pos := CASE WHEN v_me > v_ms THEN v_me ELSE v_ms + 1 END;
-                    CONTINUE WHEN v_me = v_ms OR EXISTS (
-                        SELECT 1 FROM unnest(v_taken) AS t
-                         WHERE t ->> 0 IN (v_r ->> 'type', 'skip')
-                           AND (t ->> 1)::integer < v_me AND v_ms < (t ->> 2)::integer);
-                    v_taken := v_taken || jsonb_build_array(v_r ->> 'type', v_ms, v_me);
-                    CONTINUE WHEN v_r ->> 'type' = 'skip';
-                    v_tag := CASE WHEN v_r ? 'tag'
-                        THEN btrim(regexp_substr(v_subject, v_re, v_ms, 1, '', (v_r ->> 'tag')::integer)) END;
-                    v_out := v_out || jsonb_build_object(
-                        'type', v_r ->> 'type',
-                        'clause', v_index,
-                        'start', (v_clause ->> 'start')::integer + v_ms - 1,
-                        'end', (v_clause ->> 'start')::integer + v_me - 1,
-                        'n', CASE WHEN v_r ? 'num' THEN agentdb_private.fact_number(
-                                 regexp_substr(v_subject, v_re, v_ms, 1, '', (v_r ->> 'num')::integer)) END,
-                        'm', CASE WHEN v_r ? 'min' THEN agentdb_private.fact_number(
-                                 regexp_substr(v_subject, v_re, v_ms, 1, '', (v_r ->> 'min')::integer)) END,
-                        'tag', v_facts -> 'tags' ->> v_tag,
-                        'value', v_r -> 'value');
+    v_any := true;
+    FOREACH v_rule IN ARRAY agentdb_private.claim_langs_compiled() LOOP
+        IF v_rule.script IS NULL OR regexp_like(v_whole, v_rule.script) THEN
+            v_any := false;
+        END IF;
+    END LOOP;
+    FOREACH v_rule IN ARRAY agentdb_private.claim_langs_compiled() LOOP
+        CONTINUE WHEN NOT v_any AND v_rule.script IS NOT NULL AND NOT regexp_like(v_whole, v_rule.script);
+        v_subject := CASE WHEN v_rule.flags = 'i'
+            THEN translate(v_whole, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') ELSE v_whole END;
+        FOREACH v_f IN ARRAY agentdb_private.fact_rules_compiled() LOOP
+            CONTINUE WHEN v_f.lang <> v_rule.lang;
+            CONTINUE WHEN v_f.any_of IS NOT NULL AND NOT v_subject LIKE ANY (v_f.any_of);
+            CONTINUE WHEN NOT regexp_like(v_subject, v_f.pattern);
+            v_pos := 1;
+            LOOP
+                EXIT WHEN v_pos > char_length(v_subject);
+                v_ms := regexp_instr(v_subject, v_f.pattern, v_pos, 1, 0);
+                EXIT WHEN v_ms = 0;
+                v_me := regexp_instr(v_subject, v_f.pattern, v_pos, 1, 1);
+                v_pos := CASE WHEN v_me > v_ms THEN v_me ELSE v_ms + 1 END;
+                CONTINUE WHEN v_me = v_ms;
+                v_hit := false;
+                FOR v_k IN 1 .. cardinality(v_types) LOOP
+                    IF v_types[v_k] IN (v_f.type, 'skip') AND v_starts[v_k] < v_me AND v_ms < v_ends[v_k] THEN
+                        v_hit := true;
+                        EXIT;
+                    END IF;
                 END LOOP;
+                CONTINUE WHEN v_hit;
+                v_types := v_types || v_f.type;
+                v_starts := v_starts || v_ms;
+                v_ends := v_ends || v_me;
+                CONTINUE WHEN v_f.type = 'skip';
+                v_tag := CASE WHEN v_f.tag IS NOT NULL
+                    THEN btrim(regexp_substr(v_subject, v_f.pattern, v_ms, 1, '', v_f.tag)) END;
+                v_out := v_out || jsonb_build_object(
+                    'type', v_f.type,
+                    'clause', p_index,
+                    'start', v_start + v_ms - 1,
+                    'end', v_start + v_me - 1,
+                    'n', CASE WHEN v_f.num IS NOT NULL THEN agentdb_private.fact_number(
+                             regexp_substr(v_subject, v_f.pattern, v_ms, 1, '', v_f.num)) END,
+                    'm', CASE WHEN v_f.min IS NOT NULL THEN agentdb_private.fact_number(
+                             regexp_substr(v_subject, v_f.pattern, v_ms, 1, '', v_f.min)) END,
+                    'tag', v_tags ->> v_tag,
+                    'value', to_jsonb(v_f.value));
             END LOOP;
         END LOOP;
     END LOOP;
-    RETURN coalesce((SELECT jsonb_agg(f.f ORDER BY (f.f ->> 'start')::integer, (f.f ->> 'end')::integer, f.n)
-                       FROM unnest(v_out) WITH ORDINALITY AS f (f, n)), '[]');
+    RETURN v_out;
 END
+$$;
+
+-- The facts a normalised text states, exactly as pyagentdb.claims.read_facts:
+-- those of each clause of p_clauses (read_clauses or clause_frames), sorted by
+-- place.
+CREATE OR REPLACE FUNCTION agentdb_private.read_facts(p_text text, p_clauses jsonb)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_agg(f.f ORDER BY (f.f ->> 'start')::integer, (f.f ->> 'end')::integer, c.n, f.n), '[]')
+      FROM jsonb_array_elements(CASE WHEN p_text IS NULL THEN '[]' ELSE p_clauses END) WITH ORDINALITY AS c (c, n)
+     CROSS JOIN LATERAL unnest(agentdb_private.clause_facts(p_text, c.c, (c.n - 1)::integer)) WITH ORDINALITY AS f (f, n)
 $$;
 
 -- Is a claim backed by the task's steps, by its class? A claim of class done
@@ -232,7 +288,7 @@ BEGIN
            AND (p_tool IS NULL OR s.tool = p_tool)
            AND (agentdb_private.claim_doc_compiled() -> 'classes' -> 'actions' -> s.action ? p_class
                 OR p_class = ANY (t.backs)
-                OR (t.backs IS NULL AND p_class = ANY (agentdb_private.label_classes(t.label_en, t.label_zh)))));
+                OR (t.backs IS NULL AND agentdb_private.label_names_class(t.label_en, t.label_zh, p_class))));
 END
 $$;
 
@@ -273,11 +329,14 @@ AS $$
     vals AS (
         SELECT v.value FROM rows_written AS w CROSS JOIN LATERAL jsonb_each(w.r) AS v
     ),
+    -- Strings told apart without regexes (the session's cache of compiled ones
+    -- is kept for the claim patterns): a timestamp starts 9999-99-99T99:99.
     stamps AS (
         SELECT (v.value #>> '{}')::timestamptz AT TIME ZONE coalesce(p_task.time_zone, current_setting('TimeZone')) AS t
           FROM vals AS v
          WHERE jsonb_typeof(v.value) = 'string'
-           AND v.value #>> '{}' ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}'
+           AND translate(left(v.value #>> '{}', 16), '0123456789', '9999999999')
+               IN ('9999-99-99T99:99', '9999-99-99 99:99')
     )
     SELECT (st.t::date - (p_task.created_at AT TIME ZONE coalesce(p_task.time_zone, current_setting('TimeZone')))::date),
            extract(HOUR FROM st.t)::integer, extract(MINUTE FROM st.t)::integer, NULL::numeric, NULL::text
@@ -285,17 +344,26 @@ AS $$
     UNION ALL
     SELECT NULL, NULL, NULL, (v.value #>> '{}')::numeric, NULL FROM vals AS v WHERE jsonb_typeof(v.value) = 'number'
     UNION ALL
+    -- A number: 1 to 12 digits, then maybe a point and 1 to 4 digits.
     SELECT NULL, NULL, NULL, (v.value #>> '{}')::numeric, NULL FROM vals AS v
-     WHERE jsonb_typeof(v.value) = 'string' AND v.value #>> '{}' ~ '^[0-9]{1,12}(\.[0-9]{1,4})?$'
+     WHERE jsonb_typeof(v.value) = 'string'
+       AND translate(v.value #>> '{}', '0123456789', '') IN ('', '.')
+       AND char_length(split_part(v.value #>> '{}', '.', 1)) BETWEEN 1 AND 12
+       AND (strpos(v.value #>> '{}', '.') = 0 OR char_length(split_part(v.value #>> '{}', '.', 2)) BETWEEN 1 AND 4)
     UNION ALL
+    -- A currency-like code: three ASCII letters.
     SELECT NULL, NULL, NULL, NULL, upper(v.value #>> '{}') FROM vals AS v
-     WHERE jsonb_typeof(v.value) = 'string' AND v.value #>> '{}' ~ '^[A-Za-z]{3}$'
+     WHERE jsonb_typeof(v.value) = 'string' AND char_length(v.value #>> '{}') = 3
+       AND translate(v.value #>> '{}', 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz', '') = ''
 $$;
 
 -- Why the facts of a reply do not match what the task's verified steps
 -- wrote, or NULL when they do. Only clauses that state something are read
--- (not a question, an offer or a condition); p_only_claims: only clauses
--- holding a claim (a troubled task's backed claims). In a clause:
+-- (a clause holding a claim, or one that is not a question, an offer or a
+-- condition); p_only_claims: only clauses
+-- holding a claim (a troubled task's backed claims). p_facts: a runtime's
+-- reading of the facts, or NULL to read here only the clauses that count.
+-- In a clause:
 --   a time (with the clause's day and half of the day, if it names them) must
 --   be a written time: same minute, the hour in the user's time zone (8 with
 --   no am/pm may be 8 or 20);
@@ -304,8 +372,9 @@ $$;
 --   step's affected rows;
 --   an amount must be a written number, in a written currency if the rows
 --   hold a currency code.
+DROP FUNCTION IF EXISTS agentdb_private.facts_mismatch(agentdb_private.tasks, jsonb, jsonb, jsonb, boolean);
 CREATE OR REPLACE FUNCTION agentdb_private.facts_mismatch(
-    p_task agentdb_private.tasks, p_facts jsonb, p_clauses jsonb, p_claims jsonb, p_only_claims boolean
+    p_task agentdb_private.tasks, p_text text, p_clauses jsonb, p_facts jsonb, p_claims jsonb, p_only_claims boolean
 )
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -328,44 +397,90 @@ DECLARE
     v_nums numeric [];
     v_prev_day integer;
     v_prev_index integer := -2;
+    v_read boolean := false;
+    v_ci integer;
+    v_ki integer;
+    v_claimed boolean;
+    v_fi integer;
+    v_wi integer;
+    v_hit boolean;
+    v_has_time boolean;
+    v_two_days boolean;
+    v_two_halves boolean;
 BEGIN
-    IF jsonb_typeof(p_facts) IS DISTINCT FROM 'array' OR jsonb_array_length(p_facts) = 0 THEN
+    IF p_facts IS NOT NULL AND (jsonb_typeof(p_facts) IS DISTINCT FROM 'array' OR jsonb_array_length(p_facts) = 0) THEN
         RETURN NULL;
     END IF;
-    SELECT array_agg(w.day_offset) FILTER (WHERE w.hh IS NOT NULL), array_agg(w.hh) FILTER (WHERE w.hh IS NOT NULL),
-           array_agg(w.mi) FILTER (WHERE w.hh IS NOT NULL), array_agg(w.num) FILTER (WHERE w.num IS NOT NULL),
-           coalesce(array_agg(DISTINCT w.code) FILTER (WHERE w.code IS NOT NULL), '{}')
-      INTO v_days, v_hhs, v_mis, v_nums, v_codes
-      FROM agentdb_private.written_values(p_task) AS w;
-    SELECT ARRAY[count(*)::integer, coalesce(sum(s.affected_rows), 0)::integer] || array_agg(s.affected_rows)
-      INTO v_counts
-      FROM agentdb_private.steps AS s
-     WHERE s.task_id = p_task.id AND s.outcome = 'success' AND s.verified;
-
-    FOR v_clause IN SELECT c FROM jsonb_array_elements(p_clauses) AS c LOOP
+    -- Loops over indexes, not queries, where they can: each query of a
+    -- function is an executor run of its own, and this runs on every reply.
+    FOR v_ci IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
+        v_clause := p_clauses -> v_ci;
         v_index := v_index + 1;
-        CONTINUE WHEN v_clause -> 'labels' ?| ARRAY['question', 'offer', 'condition'];
-        CONTINUE WHEN p_only_claims AND NOT EXISTS (
-            SELECT 1 FROM jsonb_array_elements(p_claims) AS k
-             WHERE (k ->> 'start')::integer >= (v_clause ->> 'start')::integer
-               AND (k ->> 'start')::integer < (v_clause ->> 'end')::integer);
-        v_facts := (SELECT coalesce(jsonb_agg(f), '[]') FROM jsonb_array_elements(p_facts) AS f
-                     WHERE (f ->> 'clause')::integer = v_index);
+        -- Does the clause hold a claim? The detector, which knows questions and
+        -- offers, read it as saying something was done: its facts count even
+        -- when a word of it reads as an offer ("我帮你改约到了下午4点").
+        v_claimed := false;
+        FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
+            IF (p_claims -> v_ki ->> 'start')::integer >= (v_clause ->> 'start')::integer
+                AND (p_claims -> v_ki ->> 'start')::integer < (v_clause ->> 'end')::integer THEN
+                v_claimed := true;
+                EXIT;
+            END IF;
+        END LOOP;
+        CONTINUE WHEN p_only_claims AND NOT v_claimed;
+        CONTINUE WHEN NOT v_claimed AND agentdb_private.clause_has(p_text, v_clause, 'nonstating');
+        -- The runtime's reading of the facts, or this clause's read here.
+        IF p_facts IS NOT NULL THEN
+            v_facts := (SELECT coalesce(jsonb_agg(f), '[]') FROM jsonb_array_elements(p_facts) AS f
+                         WHERE (f ->> 'clause')::integer = v_index);
+        ELSE
+            v_facts := to_jsonb(agentdb_private.clause_facts(p_text, v_clause, v_index));
+        END IF;
         CONTINUE WHEN jsonb_array_length(v_facts) = 0;
-        -- The clause's day and half of the day, when it names one of each; a
-        -- clause that names only times takes the day of the clause before it
+        -- What the verified steps wrote, read once, when the first fact needs it.
+        IF NOT v_read THEN
+            v_read := true;
+            SELECT array_agg(w.day_offset) FILTER (WHERE w.hh IS NOT NULL),
+                   array_agg(w.hh) FILTER (WHERE w.hh IS NOT NULL),
+                   array_agg(w.mi) FILTER (WHERE w.hh IS NOT NULL), array_agg(w.num) FILTER (WHERE w.num IS NOT NULL),
+                   coalesce(array_agg(DISTINCT w.code) FILTER (WHERE w.code IS NOT NULL), '{}')
+              INTO v_days, v_hhs, v_mis, v_nums, v_codes
+              FROM agentdb_private.written_values(p_task) AS w;
+            SELECT ARRAY[count(*)::integer, coalesce(sum(s.affected_rows), 0)::integer] || array_agg(s.affected_rows)
+              INTO v_counts
+              FROM agentdb_private.steps AS s
+             WHERE s.task_id = p_task.id AND s.outcome = 'success' AND s.verified;
+        END IF;
+        -- The clause's day and half of the day, when it names one of each (one
+        -- value, however often); whether it names a time.
+        v_day := NULL;
+        v_half := NULL;
+        v_two_days := false;
+        v_two_halves := false;
+        v_has_time := false;
+        FOR v_fi IN 0 .. jsonb_array_length(v_facts) - 1 LOOP
+            v_fact := v_facts -> v_fi;
+            IF v_fact ->> 'type' = 'time' THEN
+                v_has_time := true;
+            ELSIF v_fact ->> 'type' = 'day' AND v_fact ->> 'value' IS NOT NULL THEN
+                v_two_days := v_two_days OR (v_day IS NOT NULL AND v_day <> (v_fact ->> 'value')::integer);
+                v_day := coalesce(v_day, (v_fact ->> 'value')::integer);
+            ELSIF v_fact ->> 'type' = 'period' AND v_fact ->> 'tag' IS NOT NULL THEN
+                v_two_halves := v_two_halves OR (v_half IS NOT NULL AND v_half <> v_fact ->> 'tag');
+                v_half := coalesce(v_half, v_fact ->> 'tag');
+            END IF;
+        END LOOP;
+        v_day := CASE WHEN v_two_days THEN NULL ELSE v_day END;
+        v_half := CASE WHEN v_two_halves THEN NULL ELSE v_half END;
+        -- A clause that names only times takes the day of the clause before it
         -- when that one named only a day ("When: tomorrow, 08:00").
-        v_day := (SELECT CASE WHEN count(DISTINCT f ->> 'value') = 1 THEN min((f ->> 'value')::integer) END
-                    FROM jsonb_array_elements(v_facts) AS f WHERE f ->> 'type' = 'day');
         IF v_day IS NULL AND v_prev_index = v_index - 1 THEN
             v_day := v_prev_day;
         END IF;
-        v_prev_day := CASE WHEN NOT EXISTS (SELECT 1 FROM jsonb_array_elements(v_facts) AS f
-                                             WHERE f ->> 'type' = 'time') THEN v_day END;
+        v_prev_day := CASE WHEN NOT v_has_time THEN v_day END;
         v_prev_index := v_index;
-        v_half := (SELECT CASE WHEN count(DISTINCT f ->> 'tag') = 1 THEN min(f ->> 'tag') END
-                     FROM jsonb_array_elements(v_facts) AS f WHERE f ->> 'type' = 'period');
-        FOR v_fact IN SELECT f FROM jsonb_array_elements(v_facts) AS f LOOP
+        FOR v_fi IN 0 .. jsonb_array_length(v_facts) - 1 LOOP
+            v_fact := v_facts -> v_fi;
             IF v_fact ->> 'type' = 'time' THEN
                 v_h := coalesce((v_fact ->> 'n')::integer, (v_fact ->> 'value')::integer);
                 CONTINUE WHEN v_h IS NULL OR v_h > 23;
@@ -376,13 +491,18 @@ BEGIN
                     ELSE CASE WHEN v_h > 12 OR v_fact ? 'value' AND v_fact ->> 'value' IS NOT NULL THEN ARRAY[v_h]
                               ELSE ARRAY[v_h % 12, v_h % 12 + 12] END
                 END;
-                IF NOT EXISTS (SELECT 1 FROM unnest(v_days, v_hhs, v_mis) AS w (day_offset, hh, mi)
-                                WHERE w.hh = ANY (v_hours) AND w.mi = coalesce((v_fact ->> 'm')::integer, 0)
-                                  AND (v_day IS NULL OR w.day_offset = v_day)) THEN
+                v_hit := false;
+                FOR v_wi IN 1 .. coalesce(cardinality(v_hhs), 0) LOOP
+                    IF v_hhs[v_wi] = ANY (v_hours) AND v_mis[v_wi] = coalesce((v_fact ->> 'm')::integer, 0)
+                        AND (v_day IS NULL OR v_days[v_wi] = v_day) THEN
+                        v_hit := true;
+                        EXIT;
+                    END IF;
+                END LOOP;
+                IF NOT v_hit THEN
                     RETURN format('a time the reply names (%s) is not one that was written', v_fact ->> 'start');
                 END IF;
-            ELSIF v_fact ->> 'type' = 'day' AND NOT EXISTS (
-                    SELECT 1 FROM jsonb_array_elements(v_facts) AS t WHERE t ->> 'type' = 'time') THEN
+            ELSIF v_fact ->> 'type' = 'day' AND NOT v_has_time THEN
                 -- Rows without a time: the day is the day it was done, today.
                 IF NOT (v_fact ->> 'value')::integer = ANY (coalesce(v_days, '{0}')) THEN
                     RETURN format('a day the reply names (%s) is not one that was written', v_fact ->> 'start');
@@ -392,11 +512,18 @@ BEGIN
                     RETURN format('a count the reply names (%s) is not what was done', v_fact ->> 'n');
                 END IF;
             ELSIF v_fact ->> 'type' = 'ident' AND (v_fact ->> 'n') IS NOT NULL THEN
-                IF NOT EXISTS (SELECT 1 FROM unnest(v_nums) AS w (num) WHERE w.num = (v_fact ->> 'n')::numeric) THEN
+                IF NOT coalesce((v_fact ->> 'n')::numeric = ANY (v_nums), false) THEN
                     RETURN format('a number the reply names (%s) is not one that was written', v_fact ->> 'n');
                 END IF;
             ELSIF v_fact ->> 'type' = 'amount' AND (v_fact ->> 'n') IS NOT NULL THEN
-                IF NOT EXISTS (SELECT 1 FROM unnest(v_nums) AS w (num) WHERE abs(w.num - (v_fact ->> 'n')::numeric) < 0.005) THEN
+                v_hit := false;
+                FOR v_wi IN 1 .. coalesce(cardinality(v_nums), 0) LOOP
+                    IF abs(v_nums[v_wi] - (v_fact ->> 'n')::numeric) < 0.005 THEN
+                        v_hit := true;
+                        EXIT;
+                    END IF;
+                END LOOP;
+                IF NOT v_hit THEN
                     RETURN format('an amount the reply names (%s) is not one that was written', v_fact ->> 'n');
                 END IF;
                 IF v_fact ->> 'tag' IS NOT NULL AND cardinality(v_codes) > 0 AND NOT v_fact ->> 'tag' = ANY (v_codes) THEN

@@ -170,9 +170,12 @@ $$;
 -- task a clause holding a claim, which is then backed, counts too); a troubled
 -- reply needs an "ack" clause per failed step, or an "ack_all" clause; an
 -- empty action turn needs a clause labelled as one of "needs" (a question, an
--- offer, a draft, a plain "nothing was done").
+-- offer, a draft, a plain "nothing was done"). The clauses are a runtime's
+-- reading (with labels) or frames of clause_frames, asked through clause_has
+-- only what the answer needs.
+DROP FUNCTION IF EXISTS agentdb_private.reply_unacceptable(jsonb, jsonb, text, integer);
 CREATE OR REPLACE FUNCTION agentdb_private.reply_unacceptable(
-    p_clauses jsonb, p_claims jsonb, p_state text, p_failed integer
+    p_text text, p_clauses jsonb, p_claims jsonb, p_state text, p_failed integer
 )
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -182,36 +185,46 @@ DECLARE
     v_accept text [];
     v_needs text [];
     v_clause jsonb;
-    v_labels text [];
+    v_ok boolean;
+    v_ack boolean;
+    v_need boolean;
     v_acks integer := 0;
-    v_all boolean := false;
     v_needed boolean := false;
 BEGIN
-    SELECT ARRAY(SELECT jsonb_array_elements_text(coalesce(r.doc -> 'accept' -> p_state, '[]'))),
-           ARRAY(SELECT jsonb_array_elements_text(coalesce(r.doc -> 'needs' -> p_state, '[]')))
-      INTO v_accept, v_needs
-      FROM agentdb_private.claim_rules AS r WHERE r.id = 1;
+    v_accept := ARRAY(SELECT jsonb_array_elements_text(
+        coalesce(agentdb_private.claim_doc_compiled() -> 'accept' -> p_state, '[]')));
+    v_needs := ARRAY(SELECT jsonb_array_elements_text(
+        coalesce(agentdb_private.claim_doc_compiled() -> 'needs' -> p_state, '[]')));
     IF jsonb_typeof(p_clauses) IS DISTINCT FROM 'array' OR jsonb_array_length(p_clauses) = 0 THEN
         RETURN 'nothing in the reply could be read';
     END IF;
     FOR v_clause IN SELECT c FROM jsonb_array_elements(p_clauses) AS c LOOP
-        v_labels := ARRAY(SELECT jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(v_clause -> 'labels') = 'array' THEN v_clause -> 'labels' ELSE '[]' END));
-        IF NOT v_labels && v_accept
-            -- "inert" accepts a clause without a word of doing.
-            AND NOT ('inert' = ANY (v_accept) AND NOT 'action' = ANY (v_labels))
-            AND NOT (p_state = 'troubled' AND EXISTS (
-                SELECT 1 FROM jsonb_array_elements(p_claims) AS k
-                 WHERE (k ->> 'start')::integer >= (v_clause ->> 'start')::integer
-                   AND (k ->> 'start')::integer < (v_clause ->> 'end')::integer)) THEN
+        -- Asked in turn, each only when the ones before left the answer open.
+        v_ack := p_state = 'troubled' AND agentdb_private.clause_has(p_text, v_clause, 'ack');
+        v_need := cardinality(v_needs) > 0 AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs');
+        v_ok := (v_ack AND 'ack' = ANY (v_accept)) OR v_need;
+        IF NOT v_ok THEN
+            v_ok := agentdb_private.clause_has(p_text, v_clause, p_state || '.rest');
+        END IF;
+        IF NOT v_ok AND p_state = 'troubled' THEN
+            v_ok := EXISTS (SELECT 1 FROM jsonb_array_elements(p_claims) AS k
+                             WHERE (k ->> 'start')::integer >= (v_clause ->> 'start')::integer
+                               AND (k ->> 'start')::integer < (v_clause ->> 'end')::integer);
+        END IF;
+        -- "inert" accepts a clause without a word of doing.
+        IF NOT v_ok AND 'inert' = ANY (v_accept) THEN
+            v_ok := NOT agentdb_private.clause_has(p_text, v_clause, 'action');
+        END IF;
+        IF NOT v_ok THEN
             RETURN format('the clause at %s-%s is not recognised as acceptable here',
                           v_clause ->> 'start', v_clause ->> 'end');
         END IF;
-        v_acks := v_acks + CASE WHEN 'ack' = ANY (v_labels) THEN 1 ELSE 0 END;
-        v_all := v_all OR 'ack_all' = ANY (v_labels);
-        v_needed := v_needed OR v_labels && v_needs;
+        v_acks := v_acks + CASE WHEN v_ack THEN 1 ELSE 0 END;
+        v_needed := v_needed OR v_need;
     END LOOP;
-    IF p_state = 'troubled' AND NOT v_all AND v_acks < p_failed THEN
+    IF p_state = 'troubled' AND v_acks < p_failed AND NOT EXISTS (
+            SELECT 1 FROM jsonb_array_elements(p_clauses) AS c
+             WHERE agentdb_private.clause_has(p_text, c, 'ack_all')) THEN
         RETURN format('%s failed step(s), %s acknowledged', p_failed, v_acks);
     END IF;
     IF cardinality(v_needs) > 0 AND NOT v_needed THEN
@@ -351,22 +364,21 @@ BEGIN
                            THEN jsonb_build_object('class', c ->> 'class') ELSE '{}'::jsonb END ORDER BY n), '[]')
           INTO v_claims
           FROM jsonb_array_elements(finalize_reply.claims -> 'claims') WITH ORDINALITY AS x (c, n);
-        -- A runtime that sent claims without a reading of the clauses (an
-        -- older one) is read here for what it did not send.
+        -- A runtime that sent claims without a reading of the clauses or the
+        -- facts (an older one) is read here for what it did not send.
         IF v_clauses IS NULL OR v_facts IS NULL THEN
             v_norm := agentdb_private.normalise_reply(left(model_text, agentdb_private.max_reply()));
-            v_clauses := coalesce(v_clauses, agentdb_private.read_clauses(v_norm));
-            v_facts := coalesce(v_facts, agentdb_private.read_facts(v_norm, v_clauses));
+            v_clauses := coalesce(v_clauses, agentdb_private.clause_frames(v_norm));
         END IF;
     ELSE
         -- NULL, or a runtime's claims detected with other patterns than the
         -- loaded ones: detect here, in the text as normalised (claims' offsets
-        -- refer to it).
+        -- refer to it). The clauses are framed, not labelled: the checks below
+        -- ask each only what the books need, and read facts only where they count.
         v_source := 'detected';
         v_norm := agentdb_private.normalise_reply(left(model_text, agentdb_private.max_reply()));
-        v_clauses := agentdb_private.read_clauses(v_norm);
+        v_clauses := agentdb_private.clause_frames(v_norm);
         v_claims := agentdb_private.classify_claims(v_norm, agentdb_private.detect_claims_in(v_norm, NULL), v_clauses);
-        v_facts := agentdb_private.read_facts(v_norm, v_clauses);
     END IF;
 
     v_claims_from := CASE v_source WHEN 'detected' THEN 'database' ELSE v_source END;
@@ -391,14 +403,15 @@ BEGIN
     IF jsonb_array_length(v_pending) > 0 THEN
         v_reason := 'unbacked claim';
     ELSIF v_books.state = 'troubled' OR (v_books.state = 'empty' AND v_task.expects_action) THEN
-        v_reason := agentdb_private.reply_unacceptable(coalesce(v_clauses, '[]'), v_claims,
+        v_reason := agentdb_private.reply_unacceptable(v_norm, coalesce(v_clauses, '[]'), v_claims,
             CASE WHEN v_books.state = 'troubled' THEN 'troubled' ELSE 'empty_action' END, v_books.failed);
     END IF;
     -- The facts a reply states (times, dates, counts, amounts) must be what
     -- was written: in a clean task every stating clause's, in a troubled one
     -- those of the clauses holding its (backed) claims.
     IF v_reason IS NULL AND v_books.state <> 'empty' AND v_clauses IS NOT NULL THEN
-        v_reason := agentdb_private.facts_mismatch(v_task, v_facts, v_clauses, v_claims, v_books.state = 'troubled');
+        v_reason := agentdb_private.facts_mismatch(v_task, v_norm, v_clauses, v_facts, v_claims,
+                                                   v_books.state = 'troubled');
     END IF;
 
     IF v_reason IS NOT NULL THEN
