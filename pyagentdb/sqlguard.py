@@ -469,6 +469,7 @@ def run_sql(client: Any, task: Any, sql: str, expect_rows: int | None, *, call_i
 
 TOOL_NAME = "run_sql"
 _MAX_DESCRIPTION = 1024  # the OpenAI limit for a function's description
+_MAX_ADDED = 200  # of it, at most for the names of functions a DBA added
 
 
 def sql_tables(source: Any) -> list[dict]:
@@ -510,11 +511,19 @@ def exposed_tool(source: Any):
     from .schemas import ExposedTool
 
     rows = sql_tables(source)
+    # The functions a DBA added (agentdb.sql_functions), when read from the database: as many
+    # as fit in _MAX_ADDED characters, so that the tables keep their room.
+    added = ""
+    for name in () if isinstance(source, (list, tuple)) else sql_functions(source):
+        if len(added) + len(name) + 4 > _MAX_ADDED:
+            break
+        added += f", {name}()"
     head = ("Change data with ONE SQL statement: a single INSERT, UPDATE or DELETE of one of these "
             "tables: ")
     rules = (". Literal values only; UPDATE/DELETE need a WHERE naming the rows; no subqueries, joins, "
-             "WITH or other tables; functions only now(), lower(), upper(), trim(), round(), coalesce() "
-             "and the like. expect_rows must be the exact number of rows it changes, or it is undone. "
+             "WITH or other tables; functions only now(), lower(), upper(), trim(), round(), "
+             f"coalesce(){added} and the like. expect_rows must be the exact number of rows it changes, "
+             "or it is undone. "
              "It is done only when the result says DONE; anything else means NOT done: tell the user.")
     tables = "; ".join(_table_line(row) for row in rows) or "(none enabled)"
     room = _MAX_DESCRIPTION - len(head) - len(rules)

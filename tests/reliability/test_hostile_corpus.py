@@ -23,6 +23,7 @@ row count is sent again with the count the receipt reported.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -141,8 +142,10 @@ STATE = STATE.replace("{session}", SESSION.strip())
 SETTINGS_EVERY = 100
 # Sessions that share the corpus (each its own task and its own checks): on a 2-core machine
 # two run it in about half the time. Nothing is committed, so they cannot see each other's rows;
-# a write of the same row waits for the other's rollback.
+# a write of the same row waits for the other's rollback. Each session acts for its own user (the
+# fixture's tables are shared, with no owner column), so no per-user lock is shared either.
 LANES = 2
+USERS = ("u1", "u2")
 
 
 def unescape(text: str) -> str:
@@ -189,6 +192,9 @@ def corpus(db, dsn, login_role):
     of agentdb_agent."""
     db.execute((DATA / "hostile_sql_schema.sql").read_text(encoding="utf-8"))
     db.execute(STATE)
+    for user in USERS[1:LANES]:  # the fixture grants u1's permissions
+        db.execute("SELECT agentdb.grant_permission(%s, 'WRITE'), agentdb.grant_permission(%s, 'DELETE')",
+                   (user, user))
     name, password = login_role("agentdb_agent")
     role = psycopg.sql.Identifier(name)
     db.execute(psycopg.sql.SQL("GRANT USAGE ON SCHEMA corpus_check TO {}").format(role))
@@ -210,10 +216,10 @@ class Harness:
     did beyond its own table: one round trip (corpus_check.attempt). One task serves every
     statement: each call is rolled back, so the task never keeps a step."""
 
-    def __init__(self, db, agent):
+    def __init__(self, db, agent, user: str):
         self.db, self.agent = db, agent
-        self.task = db.execute("SELECT agentdb.begin_task('u1', 'corpus', 'hostile corpus', "
-                               "authenticated => true)").fetchone()[0]
+        self.task = db.execute("SELECT agentdb.begin_task(%s, 'corpus', 'hostile corpus', "
+                               "authenticated => true)", (user,)).fetchone()[0]
         with agent.transaction(force_rollback=True):
             self.baseline = agent.execute("SELECT corpus_check.state()").fetchone()[0]
         # One plain call first: it loads PL/pgSQL (whose settings then show in pg_settings) and
@@ -259,6 +265,15 @@ class Harness:
         return receipt, problems
 
 
+def _cpu_ms(conn) -> int:
+    """CPU time of a session's server process so far (0 if the server is not on this machine)."""
+    try:
+        fields = Path(f"/proc/{conn.info.backend_pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return round((int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _judge(row, path, receipt, problems, found, figures):
     ok = receipt["outcome"] == "success" and receipt["verified"]
     expect = row["expect"]
@@ -282,7 +297,7 @@ def test_the_corpus_on_both_paths(corpus):
     verdicts = [sqlguard.check(row["statement"]) for row in CORPUS]
     jobs = [(i, path) for i, verdict in enumerate(verdicts)
             for path in ("direct", "python") if path == "direct" or verdict.ok]
-    harnesses = [Harness(db, connect()) for _ in range(LANES)]
+    harnesses = [Harness(db, connect(), USERS[n]) for n in range(LANES)]
     results: dict[tuple[int, str], tuple[dict, list[str]]] = {}
 
     def lane(number: int) -> None:
@@ -293,8 +308,10 @@ def test_the_corpus_on_both_paths(corpus):
                 row["statement"], row["expect_rows"], retry=row["expect"] != "allow",
                 settings=n % SETTINGS_EVERY == 0 or n == len(mine))
 
+    client_cpu = time.process_time()
     with ThreadPoolExecutor(LANES) as pool:
         list(pool.map(lane, range(LANES)))  # re-raises what a lane raised
+    client_cpu = time.process_time() - client_cpu
 
     found: list[dict] = []
     figures: Counter = Counter()
@@ -314,6 +331,10 @@ def test_the_corpus_on_both_paths(corpus):
             _judge(row, "python", refused, [], found, figures)
     figures["run_sql_calls"] = sum(h.calls for h in harnesses)
     figures["max_wal_bytes"] = max(h.max_wal for h in harnesses)
+    # Work done, which load does not change much (wall time it does): the sessions' server
+    # processes (when the server runs on this machine) and this process, in CPU milliseconds.
+    figures["server_cpu_ms"] = sum(_cpu_ms(h.agent) for h in harnesses)
+    figures["client_cpu_ms"] = round(client_cpu * 1000)
     figures["seconds"] = round(time.monotonic() - started)
     record("sql_corpus", **figures)
     for item in found:

@@ -79,6 +79,8 @@ def test_the_python_guard_reads_the_same_list(pages, role_connect):
                               functions=("public.slugify",)).ok
     assert not sqlguard.check("UPDATE pages SET slug = pg_read_file('x') WHERE id = 1",
                               functions=("public.slugify",)).ok
+    # The model is told it may call it.
+    assert "public.slugify()" in sqlguard.tool_definition(agent, "openai")["function"]["description"]
     # The client's run_sql: the guard reads the list when a function stops it.
     client = Client(agent)
     receipt = sqlguard.run_sql(client, begin(pages), SLUG, 1)
