@@ -887,7 +887,7 @@ $$;
 -- Compile one tool: check what it names still exists, generate its function,
 -- record the signature it was compiled from. Raises (with the reason) when the
 -- tool cannot be compiled; register_tool then fails, the event trigger marks
--- the tool stale. p_dispatch: also regenerate run_tool (a new tool).
+-- the tool stale. p_dispatch: also regenerate agentdb_tools._run (a new tool).
 CREATE OR REPLACE FUNCTION agentdb_private.compile_tool(p_name text, p_dispatch boolean DEFAULT true)
 RETURNS void
 LANGUAGE plpgsql

@@ -201,7 +201,7 @@ BEGIN
                 'WITH r AS (INSERT INTO agentdb_private.snapshot_rows '
                 || '(snapshot_id, table_oid, key_hash, row_hash, key, row_data) '
                 || 'SELECT $1, $2, jsonb_hash_extended(k.key, 0), k.row_hash, k.key, k.row_data '
-                || 'FROM (SELECT %s AS key, %s AS row_hash, to_jsonb(t) AS row_data FROM %s AS t) AS k '
+                || 'FROM (SELECT %s AS key, %s AS row_hash, to_jsonb(t.*) AS row_data FROM %s AS t) AS k '
                 || 'RETURNING row_hash) '
                 || 'SELECT pg_current_snapshot(), count(*), coalesce(sum(r.row_hash), 0) FROM r',
                 agentdb_private.row_key_sql(v_keys, 't'), agentdb_private.row_hash_sql(v_table, 't'), v_table)

@@ -225,6 +225,24 @@ def test_columns_named_like_the_aliases(reminders):
                       ("DELETE", {"id": nid}, 5)]
 
 
+
+@pytest.mark.parametrize("watched", [False, True])
+def test_snapshots_and_diffs_of_a_table_with_a_column_named_t(db, watched):
+    """The snapshot's stored rows are the whole row, not the column named like its alias."""
+    db.execute("CREATE TABLE public.marks (id int PRIMARY KEY, t text, r text)")
+    db.execute("INSERT INTO public.marks VALUES (1, 'one', 'a'), (2, 'two', 'b')")
+    if watched:
+        db.execute("SELECT agentdb.watch('public.marks')")
+    before = scalar(db, "SELECT agentdb.snapshot(ARRAY['public.marks']::regclass[])")
+    db.execute("UPDATE public.marks SET t = 'ONE' WHERE id = 1")
+    db.execute("DELETE FROM public.marks WHERE id = 2")
+    after = scalar(db, "SELECT agentdb.snapshot(ARRAY['public.marks']::regclass[])")
+    (found,) = scalar(db, "SELECT agentdb.diff(%s, %s)", (before, after))
+    assert found["removed"] == [{"id": 2, "t": "two", "r": "b"}], found
+    assert found["changed"] == [{"key": {"id": 1}, "columns": ["t"],
+                                 "before": {"id": 1, "t": "one", "r": "a"},
+                                 "after": {"id": 1, "t": "ONE", "r": "a"}}], found
+
 # --- dedup on the converted values ----------------------------------------------------------
 
 
