@@ -116,8 +116,10 @@ class Runtime:
     def call(self, name: str, arguments: Any, *, call_id: str | None = None) -> dict:
         tool = find_tool(self.tools(), name)
         who = self.identity
+        # A tools/call is a request to act: the task is an action turn (issue 11), so a reply judged
+        # on it with no step would be read as an empty action turn, not as small talk.
         task = self.client.begin_task(who.user, who.conversation, f"MCP tool call {name}"[:200],
-                                      authenticated=who.authenticated, lang=who.lang)
+                                      authenticated=who.authenticated, lang=who.lang, expects_action=True)
         status = None
         try:
             receipt = dispatch(self.client, task, tool or name, arguments, call_id=call_id,

@@ -87,7 +87,8 @@ $$;
 
 -- The sets of labels the gate asks a clause about (agentdb_private.clause_has),
 -- each with its label names, sorted: ack, ack_all and action alone; nonstating
--- (a question, an offer or a condition: a clause that states no fact); and
+-- (a question, an offer or a condition: a clause that states no fact); also
+-- (a clause that names another thing: "other", "too", 其他, 也); and
 -- per state of accept (troubled, empty_action) its needs, and the rest of what
 -- it accepts (without ack, asked on its own, and the pseudo-label inert).
 CREATE OR REPLACE FUNCTION agentdb_private.label_sets(p_doc jsonb)
@@ -97,7 +98,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT v.name, v.labels
       FROM (VALUES ('ack', ARRAY['ack']), ('ack_all', ARRAY['ack_all']), ('action', ARRAY['action']),
-                   ('nonstating', ARRAY['condition', 'offer', 'question'])) AS v (name, labels)
+                   ('also', ARRAY['also']), ('nonstating', ARRAY['condition', 'offer', 'question'])) AS v (name, labels)
     UNION ALL
     SELECT st.state || '.needs',
            ARRAY(SELECT n FROM jsonb_array_elements_text(coalesce(p_doc -> 'needs' -> st.state, '[]')) AS n

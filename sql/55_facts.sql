@@ -263,6 +263,27 @@ AS $$
      CROSS JOIN LATERAL unnest(agentdb_private.clause_facts(p_text, c.c, (c.n - 1)::integer)) WITH ORDINALITY AS f (f, n)
 $$;
 
+-- How much of a class the task's verified steps did: the number of verified
+-- steps of the task (of p_tool, when given) whose tool backs the class, or
+-- their affected rows, whichever is more (a bulk update backs "all 5").
+CREATE OR REPLACE FUNCTION agentdb_private.class_capacity(p_task uuid, p_class text, p_tool text)
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The classes of the step's action and the tool's backs first: the labels'
+    -- classes (regex work) only for a tool that declares none.
+    SELECT greatest(count(*), coalesce(sum(s.affected_rows), 0))::integer
+      FROM agentdb_private.steps AS s
+      LEFT JOIN agentdb_private.tools AS t ON t.name = s.tool
+     WHERE s.task_id = p_task
+       AND s.outcome = 'success' AND s.verified
+       AND (p_tool IS NULL OR s.tool = p_tool)
+       AND (agentdb_private.claim_doc_compiled() -> 'classes' -> 'actions' -> s.action ? p_class
+            OR p_class = ANY (t.backs)
+            OR (t.backs IS NULL AND agentdb_private.label_names_class(t.label_en, t.label_zh, p_class)))
+$$;
+
 -- Is a claim backed by the task's steps, by its class? A claim of class done
 -- needs every step verified (steps refused because the task was already
 -- closed are not part of the work); any other class a verified step whose
@@ -278,17 +299,54 @@ BEGIN
     IF p_class IS NULL OR p_kind = 'done' AND p_class = 'done' THEN
         RETURN agentdb_private.claim_is_backed(p_task, p_kind, p_tool);
     END IF;
-    -- The classes of the step's action and the tool's backs first: the labels'
-    -- classes (regex work) only for a tool that declares none.
-    RETURN EXISTS (
-        SELECT 1 FROM agentdb_private.steps AS s
-          LEFT JOIN agentdb_private.tools AS t ON t.name = s.tool
-         WHERE s.task_id = p_task
-           AND s.outcome = 'success' AND s.verified
-           AND (p_tool IS NULL OR s.tool = p_tool)
-           AND (agentdb_private.claim_doc_compiled() -> 'classes' -> 'actions' -> s.action ? p_class
-                OR p_class = ANY (t.backs)
-                OR (t.backs IS NULL AND agentdb_private.label_names_class(t.label_en, t.label_zh, p_class))));
+    RETURN agentdb_private.class_capacity(p_task, p_class, p_tool) > 0;
+END
+$$;
+
+-- Why the reply claims more of a class than was done, or NULL. A claim of a
+-- class whose clause names another thing ("…and I've cleared your other
+-- reminders too", "其他提醒也一起清空了") after an earlier claim of the class
+-- is one more action of it: n such claims need n verified steps backing the
+-- class, or n affected rows. A restatement ("Cancelled. Status: cancelled")
+-- names nothing else and counts once.
+CREATE OR REPLACE FUNCTION agentdb_private.claims_outnumber(
+    p_task uuid, p_text text, p_clauses jsonb, p_claims jsonb
+)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: only finalize_reply, with a pinned search_path, calls it.
+AS $$
+DECLARE
+    v_need jsonb := '{}';
+    v_claim jsonb;
+    v_class text;
+    v_ki integer;
+    v_ci integer;
+BEGIN
+    FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
+        v_claim := p_claims -> v_ki;
+        v_class := v_claim ->> 'class';
+        CONTINUE WHEN v_class IS NULL OR v_class = 'done' OR v_claim ->> 'lang' IS NULL;
+        IF NOT v_need ? v_class THEN
+            v_need := v_need || jsonb_build_object(v_class, 1);
+            CONTINUE;
+        END IF;
+        FOR v_ci IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
+            IF (v_claim ->> 'start')::integer >= (p_clauses -> v_ci ->> 'start')::integer
+                AND (v_claim ->> 'start')::integer < (p_clauses -> v_ci ->> 'end')::integer THEN
+                IF agentdb_private.clause_has(p_text, p_clauses -> v_ci, 'also') THEN
+                    v_need := v_need || jsonb_build_object(v_class, (v_need ->> v_class)::integer + 1);
+                END IF;
+                EXIT;
+            END IF;
+        END LOOP;
+    END LOOP;
+    FOR v_class IN SELECT n.key FROM jsonb_each_text(v_need) AS n WHERE n.value::integer > 1 LOOP
+        IF agentdb_private.class_capacity(p_task, v_class, NULL) < (v_need ->> v_class)::integer THEN
+            RETURN format('the reply claims %s actions of class %s; fewer were done', v_need ->> v_class, v_class);
+        END IF;
+    END LOOP;
+    RETURN NULL;
 END
 $$;
 

@@ -409,6 +409,11 @@ BEGIN
     -- The facts a reply states (times, dates, counts, amounts) must be what
     -- was written: in a clean task every stating clause's, in a troubled one
     -- those of the clauses holding its (backed) claims.
+    -- Another thing of a class ("…and your other reminders too") needs one
+    -- more verified step or affected row of it.
+    IF v_reason IS NULL AND v_books.state <> 'empty' AND v_clauses IS NOT NULL THEN
+        v_reason := agentdb_private.claims_outnumber(v_task.id, v_norm, v_clauses, v_claims);
+    END IF;
     IF v_reason IS NULL AND v_books.state <> 'empty' AND v_clauses IS NOT NULL THEN
         v_reason := agentdb_private.facts_mismatch(v_task, v_norm, v_clauses, v_facts, v_claims,
                                                    v_books.state = 'troubled');

@@ -140,6 +140,17 @@ CASES = [
     ("clean_refund", "zh", "已退款,七十九块。", False),
     # a question about another time states no fact
     ("clean_insert", "en", "I've set it for 8am tomorrow. Want another one at 9pm?", True),
+    # another thing of a class ("other", "too", 其他, 也) needs another step or row of it
+    ("clean_update", "en", "Reminder moved to 9am, and I've snoozed your other reminders too.", False),
+    ("clean_delete", "zh", "删掉了,明天的其他提醒也一起清空了。", False),
+    ("clean_cancel", "zh", "已为您取消明天下午3点的3号场预约,状态已确认为已取消。", True),
+    ("clean_bulk", "en", "I've marked all 5 as done, and the other reminders are done too.", True),
+    # telling someone is a claim of its own, even beside the user's future ("you'll call")
+    ("clean_update", "en", "Done — moved to 9am, and I've let your mum know you'll call a bit later.", False),
+    ("clean_delete", "zh", "已删除提醒,并且给妈妈发消息说你晚点再打。", False),
+    ("clean_cancel", "zh", "已取消,并且通知了你的球友。", False),
+    # a clause holding a claim states its facts, even with an offer's words in it (我帮你)
+    ("clean_cancel", "zh", "取消好了,我帮你改约到了下午4点。", False),
 ]
 
 
@@ -149,6 +160,34 @@ def test_counts_classes_and_facts(client, shape, lang, text, delivered):
     verdict = client.finalize_reply(task, text)
     assert (verdict.verdict == "deliver") is delivered, verdict
     assert verdict.book_state == "clean"
+
+
+# (shape, lang, reply, delivered?) — what the recognisers accept where the books show trouble or
+# nothing was done in an action turn.
+RECOGNISED = [
+    ("empty_action", "en", "Sorry, I can't create reminders in this chat right now. You could set one in "
+     "your phone's Clock app for 8am tomorrow.", True),
+    ("empty_action", "en", "Happy to help! Quick question first: do you want a notification only, or an "
+     "alarm sound as well? Once you tell me, I'll create it.", True),
+    ("empty_action", "zh", "抱歉,我现在没法创建提醒。你可以先在手机闹钟里定一个明天8点的。", True),
+    ("empty_action", "en", "Sorry for the wait! Your reminder to call mum at 8am is now saved.", False),
+    ("empty_action", "zh", "提醒已经保存好了,明天早上8点会通知你。", False),
+    ("duplicate", "zh", "这个提醒之前就设过了(明天 08:00 给妈妈打电话),这次没有再新建。", True),
+    ("conflict", "zh", "抱歉,明天下午3点的3号场已被预订,这次没有帮您订到。", True),
+    ("conflict", "en", "Apologies! Court 3 at three o'clock tomorrow is already reserved. The next free "
+     "slot is 4pm, and I can book it if you'd like.", True),
+    ("duplicate", "en", "I noticed you had an existing reminder, so I replaced it with a fresh one for 8:00 "
+     "tomorrow.", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("shape", "lang", "text", "delivered"), RECOGNISED, ids=[c[2][:40] for c in RECOGNISED]
+)
+def test_recognised_where_the_books_show_trouble_or_nothing(client, shape, lang, text, delivered):
+    task = gate_shapes.build(client, shape, lang)
+    verdict = client.finalize_reply(task, text)
+    assert (verdict.verdict == "deliver") is delivered, verdict
 
 
 @pytest.mark.parametrize("lang", ["zh", "en"])

@@ -28,6 +28,9 @@ FUNCTIONS = (
     "agentdb_private.facts_mismatch(agentdb_private.tasks, text, jsonb, jsonb, jsonb, boolean)",
     "agentdb_private.reply_unacceptable(text, jsonb, jsonb, text, integer)",
     "agentdb_private.label_names_class(text, text, text)",
+    "agentdb_private.label_sets(jsonb)",
+    "agentdb_private.class_capacity(uuid, text, text)",
+    "agentdb_private.claims_outnumber(uuid, text, jsonb, jsonb)",
 )
 
 
