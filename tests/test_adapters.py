@@ -33,6 +33,28 @@ def _anthropic(srv, turn):
                                   model="fake")
 
 
+def _openai_chat_async(srv, turn):
+    import asyncio
+
+    from openai import AsyncOpenAI
+
+    from pyagentdb.integrations import openai_chat
+
+    llm = AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+    return asyncio.run(openai_chat.arun(llm, turn, model="fake"))
+
+
+def _anthropic_async(srv, turn):
+    import asyncio
+
+    from anthropic import AsyncAnthropic
+
+    from pyagentdb.integrations import anthropic_messages
+
+    llm = AsyncAnthropic(base_url=srv.root_url, api_key="test", max_retries=0)
+    return asyncio.run(anthropic_messages.arun(llm, turn, model="fake"))
+
+
 def _agents(srv, turn):
     from agents import OpenAIChatCompletionsModel, set_tracing_disabled
     from openai import AsyncOpenAI
@@ -67,12 +89,14 @@ def _langchain(srv, turn):
     return langchain_graph.run(model, turn)
 
 
-ADAPTERS = {"openai_chat": _openai_chat, "anthropic": _anthropic, "openai_agents": _agents,
+ADAPTERS = {"openai_chat": _openai_chat, "openai_chat_async": _openai_chat_async, "anthropic": _anthropic,
+            "anthropic_async": _anthropic_async, "openai_agents": _agents,
             "openai_agents_responses": _agents_responses, "langchain": _langchain}
 
 
-SDK = {"openai_chat": "openai", "anthropic": "anthropic", "openai_agents": "agents",
-       "openai_agents_responses": "agents", "langchain": "langchain_openai"}
+SDK = {"openai_chat": "openai", "openai_chat_async": "openai", "anthropic": "anthropic",
+       "anthropic_async": "anthropic", "openai_agents": "agents", "openai_agents_responses": "agents",
+       "langchain": "langchain_openai"}
 
 
 def need(module: str) -> None:
@@ -263,3 +287,22 @@ def test_a_missing_sdk_says_which_extra_installs_it(sdk, module, extra):
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == \
         f"ModuleNotFoundError: No module named '{sdk}': pip install 'pyagentdb[{extra}]'", done.stderr
+
+
+@pytest.mark.parametrize("name", ["openai_chat", "openai_chat_async", "anthropic", "anthropic_async"])
+def test_a_loop_still_calling_tools_ends_in_the_gate(alice, name, monkeypatch):
+    """max_turns spent: the loop's TurnError is the Reply's error, and the user reads what the
+    books decide, never the model's unfinished text."""
+    need(SDK[name])
+    from pyagentdb.integrations import anthropic_messages, openai_chat
+
+    for module in (openai_chat, anthropic_messages):
+        conversation = module.conversation
+        monkeypatch.setattr(module, "conversation",
+                            lambda turn, _c=conversation, **o: _c(turn, **{**o, "max_turns": 1}))
+    plan = [call("add_reminder", REMINDER, "call-1"), say(HONEST)]
+    with FakeChatServer(by_request({"call mum": plan})) as srv:
+        reply = ADAPTERS[name](srv, turn_for(alice, "Remind me to call mum"))
+    assert reply.error and "still calling tools after 1 model turns" in reply.error
+    assert [r["outcome"] for r in reply.receipts] == ["success"] and reply.model_text == ""
+    assert reply.status == "success"

@@ -10,18 +10,19 @@ Every adapter does the same, through one `Turn` per user message:
 4. puts the model's final text through the exit gate (report, `finalize_reply`, `finish_task`);
 5. returns a `Reply` whose `text` is the gate's: the only text meant for the user.
 
-- `openai_chat`: the OpenAI Chat Completions tool loop (`pip install 'pyagentdb[openai]'`)
+- `openai_chat`: the OpenAI Chat Completions tool loop, sync `run` and async `arun`
+  (`pip install 'pyagentdb[openai]'`)
 - `openai_agents`: OpenAI Agents SDK `FunctionTool`s and an output guardrail (`[agents]`)
-- `anthropic_messages`: the Anthropic Messages tool-use loop (`[anthropic]`)
+- `anthropic_messages`: the Anthropic Messages tool-use loop, `run` and `arun` (`[anthropic]`)
 - `langchain_graph`: LangChain tools and a LangGraph gate step (`[langchain]`)
 """
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .turn import Reply, Turn, TurnError
+from .turn import Conversation, Reply, ToolCall, Turn, TurnError
 
-__all__ = ["Reply", "Turn", "TurnError"]
+__all__ = ["Conversation", "Reply", "ToolCall", "Turn", "TurnError"]
 
 
 @contextmanager

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,31 @@ SYSTEM_PROMPT = (
 
 class TurnError(RuntimeError):
     """The model loop could not finish (for example: still calling tools after max_turns)."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """What a conversation yields to run one tool call of the model; it is sent back
+    `Turn.call`'s (result text, is_error)."""
+
+    name: str
+    arguments: Any
+    call_id: str | None = None
+    strict: bool = False
+
+
+# An adapter's conversation, written once for the sync and the async drivers: it yields the
+# keyword arguments of a model request (and is sent back the response) or a ToolCall (and is sent
+# back its result), and returns the model's final text.
+Conversation = Generator["dict | ToolCall", Any, str]
+
+
+def _advance(conversation: Conversation, sent: Any) -> tuple[bool, Any]:
+    """(False, the conversation's next step) or (True, its final text)."""
+    try:
+        return False, conversation.send(sent)
+    except StopIteration as stop:
+        return True, stop.value
 
 
 @dataclass(frozen=True)
@@ -85,6 +111,35 @@ class Turn:
             self.reply = Reply(verdict.text, verdict, status, self.task, model_text or "",
                                list(self.receipts), error)
         return self.reply
+
+    def drive(self, conversation: Conversation, create: Callable[..., Any]) -> Reply:
+        """Runs a conversation with a sync client's create method, then the gate."""
+
+        def loop(turn: Turn) -> str:
+            done, step = _advance(conversation, None)
+            while not done:
+                done, step = _advance(conversation, turn._tool(step) if isinstance(step, ToolCall)
+                                      else create(**step))
+            return step
+
+        return self.run(loop)
+
+    async def adrive(self, conversation: Conversation, create: Callable[..., Awaitable[Any]]) -> Reply:
+        """Runs a conversation with an async client's create method, then the gate. Everything but
+        the model request runs in a worker thread (the database calls are sync psycopg), so the
+        event loop never waits on the database."""
+        try:
+            done, step = await asyncio.to_thread(_advance, conversation, None)
+            while not done:
+                sent = await asyncio.to_thread(self._tool, step) if isinstance(step, ToolCall) \
+                    else await create(**step)
+                done, step = await asyncio.to_thread(_advance, conversation, sent)
+        except Exception as exc:
+            return await asyncio.to_thread(self.finish, "", error=f"{type(exc).__name__}: {exc}")
+        return await asyncio.to_thread(self.finish, step)
+
+    def _tool(self, step: ToolCall) -> tuple[str, bool]:
+        return self.call(step.name, step.arguments, call_id=step.call_id, strict=step.strict)
 
     def run(self, loop: Callable[[Turn], str]) -> Reply:
         """loop(turn) -> the model's final text, then the gate. A loop that raises (the provider is
