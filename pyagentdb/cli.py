@@ -390,8 +390,10 @@ def cmd_distribute(args) -> int:
         with server.connect(target) as conn:
             info = distribute.cluster(conn)
             problems = distribute.readiness(conn) if info["revision"] else []
+            local = distribute.undelegated(conn) if info["revision"] else []
             reason = distribute.refusal(info)
         report = {"ready": not problems and reason is None, "refusal": reason, "problems": problems,
+                  "undelegated": local,
                   **{k: info[k] for k in ("citus", "coordinator", "workers", "revision", "distributed")}}
         if args.json:
             print(json.dumps(report))
@@ -400,11 +402,12 @@ def cmd_distribute(args) -> int:
                 print(f"not ready: {line}")
             if report["ready"]:
                 print("ready: the schema can be distributed here")
+            _print_undelegated(local)
         return 0 if report["ready"] else 1
     quiet = args.json or args.quiet
     try:
         result = distribute.distribute(
-            target.dsn, args.table or (), prepare_keys=args.prepare_keys, force=args.force,
+            target.dsn, args.table or (),
             progress=None if quiet else (lambda msg: print(f"distribute: {msg}", file=sys.stderr)))
     except distribute.DistributeError as exc:
         if args.json:
@@ -421,7 +424,16 @@ def cmd_distribute(args) -> int:
         print(f"distributed on {result.workers} worker(s): {len(result.distributed)} tenant tables, "
               f"{len(result.reference)} reference tables, {len(result.business)} business table(s), "
               f"{len(result.functions)} entry points delegated by user_id.")
+        _print_undelegated(result.undelegated)
     return 0
+
+
+def _print_undelegated(signatures: list[str]) -> None:
+    if signatures:
+        print(f"note: {len(signatures)} entry point(s) have no form taking user_id first and run on one "
+              "node only (on Citus use the user_id-first forms; docs/scaling.md):", file=sys.stderr)
+        for signature in signatures:
+            print(f"  {signature}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -526,10 +538,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeatable")
     p.add_argument("--check", action="store_true",
                    help="only say whether the schema can be distributed here (any server)")
-    p.add_argument("--prepare-keys", action="store_true",
-                   help="experimental: first add user_id to the tenant tables and lead their keys with it")
-    p.add_argument("--force", action="store_true",
-                   help="experimental: distribute even if entry points or the chain are not ready")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_distribute)
 

@@ -30,11 +30,22 @@ TENANT = "user_id"
 ROOT = "agentdb_private.tasks"
 # Rows that belong to one user: distributed by user_id, co-located with the tasks.
 TENANT_TABLES = ("tasks", "steps", "audit", "claims", "replies", "drafts", "actions", "permissions",
-                 "approvers", "change_log")
+                 "approvers", "change_log", "chain_stripes")
+# Tenant tables whose user column has another name (the stripes of each tenant's hash chains).
+TENANT_COLUMN = {"chain_stripes": "tenant"}
 # Small tables every call reads: one copy on every node.
-REFERENCE_TABLES = ("tools", "messages", "claim_rules", "claim_langs", "sql_tables")
-# Stay on the coordinator only (installer's bookkeeping, exam snapshots, the watch registry).
-LOCAL_TABLES = ("install_log", "watched", "snapshots", "snapshot_tables", "snapshot_rows")
+REFERENCE_TABLES = ("tools", "messages", "claim_rules", "claim_langs", "fact_rules", "sql_tables",
+                    "sql_functions")
+# Stay on the coordinator only (installer's bookkeeping, exam snapshots, the watch registry,
+# run_sql's per-backend scope).
+LOCAL_TABLES = ("install_log", "watched", "snapshots", "snapshot_tables", "snapshot_rows", "sql_scope")
+
+
+# Sequences that calls delegated to a worker draw from outside any table (the number of a new
+# stripe of a tenant's chain): Citus does not copy them, so each worker gets its own. A number
+# need only be new within its tenant, whose rows all live on one worker (docs/scaling.md: after
+# a shard move, a new stripe may meet a number the tenant has, and the call is refused).
+WORKER_SEQUENCES = ("CREATE SEQUENCE IF NOT EXISTS agentdb_private.chain_stripe_seq AS integer",)
 
 
 class DistributeError(RuntimeError):
@@ -53,7 +64,7 @@ class Result:
     reference: list[str] = field(default_factory=list)
     business: list[str] = field(default_factory=list)
     functions: list[str] = field(default_factory=list)
-    prepared: list[str] = field(default_factory=list)
+    undelegated: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -61,6 +72,10 @@ class Result:
 
 def _q(table: str) -> str:
     return f"agentdb_private.{table}"
+
+
+def column_of(table: str) -> str:
+    return TENANT_COLUMN.get(table, TENANT)
 
 
 def cluster(conn) -> dict:
@@ -106,36 +121,41 @@ def refusal(info: dict) -> str | None:
     return None
 
 
-# The readiness checks read the catalogue, so they follow the schema as it changes.
-_COLUMNS_SQL = """
-SELECT c.relname, a.attname IS NOT NULL, coalesce(a.attnotnull, false)
-  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-  LEFT JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attname = %(tenant)s AND NOT a.attisdropped
- WHERE n.nspname = 'agentdb_private' AND c.relname = ANY (%(tables)s)
+# The readiness checks read the catalogue, so they follow the schema as it changes. Each
+# tenant table is paired with its user column (x.col).
+_TENANTS = "unnest(%(tables)s::text[], %(columns)s::text[]) AS x (relname, col)"
+_COLUMNS_SQL = f"""
+SELECT c.relname, x.col, a.attname IS NOT NULL, coalesce(a.attnotnull, false)
+  FROM {_TENANTS}
+  JOIN pg_class AS c ON c.relname = x.relname AND c.relnamespace = 'agentdb_private'::regnamespace
+  LEFT JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attname = x.col AND NOT a.attisdropped
 """
-_UNIQUE_SQL = """
-SELECT c.relname, i.indexrelid::regclass::text
-  FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indrelid
-  JOIN pg_namespace AS n ON n.oid = c.relnamespace
- WHERE n.nspname = 'agentdb_private' AND c.relname = ANY (%(tables)s) AND i.indisunique
+_UNIQUE_SQL = f"""
+SELECT c.relname, x.col, i.indexrelid::regclass::text
+  FROM {_TENANTS}
+  JOIN pg_class AS c ON c.relname = x.relname AND c.relnamespace = 'agentdb_private'::regnamespace
+  JOIN pg_index AS i ON i.indrelid = c.oid
+ WHERE i.indisunique
    AND NOT EXISTS (SELECT 1 FROM pg_attribute AS a
-                    WHERE a.attrelid = c.oid AND a.attname = %(tenant)s AND a.attnum = ANY (i.indkey))
- ORDER BY 1, 2
+                    WHERE a.attrelid = c.oid AND a.attname = x.col AND a.attnum = ANY (i.indkey))
+ ORDER BY 1, 3
 """
-_FOREIGN_SQL = """
+_FOREIGN_SQL = f"""
 SELECT c.relname, k.conname, f.relname
-  FROM pg_constraint AS k JOIN pg_class AS c ON c.oid = k.conrelid
-  JOIN pg_namespace AS n ON n.oid = c.relnamespace JOIN pg_class AS f ON f.oid = k.confrelid
- WHERE k.contype = 'f' AND n.nspname = 'agentdb_private' AND c.relname = ANY (%(tables)s)
-   AND (f.relname = ANY (%(tables)s) AND NOT EXISTS (
+  FROM {_TENANTS}
+  JOIN pg_class AS c ON c.relname = x.relname AND c.relnamespace = 'agentdb_private'::regnamespace
+  JOIN pg_constraint AS k ON k.conrelid = c.oid AND k.contype = 'f'
+  JOIN pg_class AS f ON f.oid = k.confrelid
+ WHERE (f.relname = ANY (%(tables)s) AND NOT EXISTS (
             SELECT 1 FROM unnest(k.conkey, k.confkey) AS p (mine, theirs)
               JOIN pg_attribute AS a ON a.attrelid = k.conrelid AND a.attnum = p.mine
               JOIN pg_attribute AS b ON b.attrelid = k.confrelid AND b.attnum = p.theirs
-             WHERE a.attname = %(tenant)s AND b.attname = %(tenant)s)
-        OR NOT (f.relname = ANY (%(tables)s) OR f.relname = ANY (%(reference)s)))
+             WHERE a.attname = x.col AND b.attname = %(tenant)s))
+        OR NOT (f.relname = ANY (%(tables)s) OR f.relname = ANY (%(reference)s))
  ORDER BY 1, 2
 """
-# Entry points routed by a task (or an action) that have no form taking the tenant first.
+# Entry points routed by a task (or an action) that have no form taking the tenant first (the
+# same name, or <name>_for: sql/52_tenant_api.sql).
 _ROUTING_SQL = """
 SELECT p.oid::regprocedure::text
   FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
@@ -145,121 +165,43 @@ SELECT p.oid::regprocedure::text
    AND NOT %(tenant)s = ANY (coalesce(p.proargnames, '{}'))
    AND ('task' = ANY (coalesce(p.proargnames, '{}')) OR 'action' = ANY (coalesce(p.proargnames, '{}')))
    AND NOT EXISTS (SELECT 1 FROM pg_proc AS q
-                    WHERE q.pronamespace = p.pronamespace AND q.proname = p.proname
+                    WHERE q.pronamespace = p.pronamespace AND q.proname IN (p.proname, p.proname || '_for')
                       AND q.proargnames[1] = %(tenant)s)
  ORDER BY 1
 """
 
 
+def _params() -> dict:
+    return {"tenant": TENANT, "tables": list(TENANT_TABLES), "columns": [column_of(t) for t in TENANT_TABLES],
+            "reference": list(REFERENCE_TABLES)}
+
+
 def readiness(conn) -> list[str]:
-    """What in the installed schema cannot be distributed by user_id, one sentence each.
-    Empty when the schema is ready. Needs no Citus: it reads the catalogue only."""
-    params = {"tenant": TENANT, "tables": list(TENANT_TABLES), "reference": list(REFERENCE_TABLES)}
+    """What in the installed tables keeps them from being distributed by user, one sentence
+    each. Empty when the tables are ready. Needs no Citus: it reads the catalogue only."""
     problems: list[str] = []
-    for table, has, not_null in conn.execute(_COLUMNS_SQL, params).fetchall():
+    for table, column, has, not_null in conn.execute(_COLUMNS_SQL, _params()).fetchall():
         if not has:
-            problems.append(f"{_q(table)} has no {TENANT} column (every tenant row needs its user)")
+            problems.append(f"{_q(table)} has no {column} column (every tenant row needs its user)")
         elif not not_null:
-            problems.append(f"{_q(table)}.{TENANT} may be NULL "
+            problems.append(f"{_q(table)}.{column} may be NULL "
                             "(Citus refuses NULL in the distribution column)")
-    for table, index in conn.execute(_UNIQUE_SQL, params).fetchall():
-        problems.append(f"unique index {index} on {_q(table)} does not include {TENANT}")
-    for table, name, other in conn.execute(_FOREIGN_SQL, params).fetchall():
+    for table, column, index in conn.execute(_UNIQUE_SQL, _params()).fetchall():
+        problems.append(f"unique index {index} on {_q(table)} does not include {column}")
+    for table, name, other in conn.execute(_FOREIGN_SQL, _params()).fetchall():
         problems.append(f"foreign key {name} from {_q(table)} to {_q(other)} does not pair {TENANT}")
-    heads = conn.execute("SELECT to_regclass('agentdb_private.chain_heads') IS NOT NULL").fetchone()[0]
-    if heads and not conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_attribute"
-            " WHERE attrelid = 'agentdb_private.chain_heads'::regclass"
-            " AND attname = %s AND NOT attisdropped)", (TENANT,)).fetchone()[0]:
+    if not conn.execute("SELECT to_regclass('agentdb_private.chain_stripes') IS NOT NULL").fetchone()[0]:
         problems.append("the hash chains append to global stripes (agentdb_private.chain_heads): "
                         "on Citus every call would lock and update a row copied to every node; "
                         "they must be chained per user")
-    for signature in conn.execute(_ROUTING_SQL, params).fetchall():
-        problems.append(f"{signature[0]} has no form taking {TENANT} first, so it cannot be "
-                        "delegated to the worker that holds the user")
     return problems
 
 
-# Experimental (--prepare-keys): the key changes a migration is asked to make (see
-# docs/scaling.md), applied here so the layout can be tried before it lands. Each entry:
-# (what, SQL telling whether it is still needed, the DDL).
-_PREPARE = [
-    ("steps.user_id", "SELECT NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = "
-     "'agentdb_private.steps'::regclass AND attname = 'user_id' AND NOT attisdropped)", """
-        ALTER TABLE agentdb_private.steps ADD COLUMN user_id text;
-        ALTER TABLE agentdb_private.steps DISABLE TRIGGER steps_append_only;
-        UPDATE agentdb_private.steps AS s SET user_id = t.user_id FROM agentdb_private.tasks AS t
-         WHERE t.id = s.task_id;
-        ALTER TABLE agentdb_private.steps ENABLE TRIGGER steps_append_only;
-        ALTER TABLE agentdb_private.steps ALTER COLUMN user_id SET NOT NULL"""),
-    ("claims.user_id", "SELECT NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = "
-     "'agentdb_private.claims'::regclass AND attname = 'user_id' AND NOT attisdropped)", """
-        ALTER TABLE agentdb_private.claims ADD COLUMN user_id text;
-        UPDATE agentdb_private.claims AS c SET user_id = t.user_id FROM agentdb_private.tasks AS t
-         WHERE t.id = c.task_id;
-        ALTER TABLE agentdb_private.claims ALTER COLUMN user_id SET NOT NULL"""),
-    ("audit.user_id not null", "SELECT attnotnull IS FALSE FROM pg_attribute WHERE attrelid = "
-     "'agentdb_private.audit'::regclass AND attname = 'user_id'", """
-        ALTER TABLE agentdb_private.audit DISABLE TRIGGER audit_append_only;
-        UPDATE agentdb_private.audit SET user_id = '' WHERE user_id IS NULL;
-        ALTER TABLE agentdb_private.audit ENABLE TRIGGER audit_append_only;
-        ALTER TABLE agentdb_private.audit ALTER COLUMN user_id SET NOT NULL"""),
-    ("change_log.user_id", "SELECT NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = "
-     "'agentdb_private.change_log'::regclass AND attname = 'user_id' AND NOT attisdropped)", """
-        ALTER TABLE agentdb_private.change_log ADD COLUMN user_id text NOT NULL DEFAULT ''"""),
-]
-_KEYS = {  # table: (old key constraint or index, new definition)
-    "tasks": [("tasks_pkey", "PRIMARY KEY (user_id, id)")],
-    "steps": [("steps_pkey", "PRIMARY KEY (user_id, id)"),
-              ("steps_seq_key", "CONSTRAINT steps_seq_key UNIQUE (user_id, task_id, seq)"),
-              ("steps_call_key", "INDEX (user_id, task_id, call_id) WHERE call_id IS NOT NULL")],
-    "audit": [("audit_pkey", "PRIMARY KEY (user_id, id)"),
-              ("audit_chain_key", "INDEX (user_id, chain_stripe, chain_seq)")],
-    "claims": [("claims_pkey", "PRIMARY KEY (user_id, id)")],
-    "replies": [("replies_pkey", "PRIMARY KEY (user_id, task_id)")],
-    "drafts": [("drafts_pkey", "PRIMARY KEY (user_id, id)")],
-    "actions": [("actions_pkey", "PRIMARY KEY (user_id, id)")],
-    "permissions": [("permissions_pkey", "PRIMARY KEY (user_id, id)")],
-    "change_log": [("change_log_pkey", "PRIMARY KEY (user_id, id)"),
-                   ("change_log_chain_key", "INDEX (user_id, chain_stripe, chain_seq)")],
-}
-
-
-def _prepare_keys(conn) -> list[str]:
-    done: list[str] = []
-    for what, needed, ddl in _PREPARE:
-        if conn.execute(needed).fetchone()[0]:
-            for stmt in ddl.split(";"):
-                conn.execute(stmt)
-            done.append(what)
-    # Foreign keys between tenant tables by id alone go (reconcile() checks the links from the data).
-    params = {"tenant": TENANT, "tables": list(TENANT_TABLES), "reference": list(REFERENCE_TABLES)}
-    for table, name, _other in conn.execute(_FOREIGN_SQL, params).fetchall():
-        conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
-            sql.Identifier("agentdb_private", table), sql.Identifier(name)))
-        done.append(f"dropped {name}")
-    for table, keys in _KEYS.items():
-        for name, definition in keys:
-            row = conn.execute(
-                "SELECT i.indisunique, k.conname IS NOT NULL, NOT EXISTS (SELECT 1 FROM pg_attribute AS a"
-                " WHERE a.attrelid = i.indrelid AND a.attname = %s AND a.attnum = ANY (i.indkey))"
-                "  FROM pg_index AS i LEFT JOIN pg_constraint AS k ON k.conindid = i.indexrelid"
-                " WHERE i.indexrelid = to_regclass(%s)", (TENANT, _q(name))).fetchone()
-            if not row or not row[2]:
-                continue
-            target = sql.Identifier("agentdb_private", table)
-            if row[1]:
-                conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
-                    target, sql.Identifier(name)))
-            else:
-                conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier("agentdb_private", name)))
-            if definition.startswith("INDEX "):
-                conn.execute(sql.SQL("CREATE UNIQUE INDEX {} ON {} ").format(sql.Identifier(name), target)
-                             + sql.SQL(definition[len("INDEX "):]))
-            else:
-                conn.execute(sql.SQL("ALTER TABLE {} ADD ").format(target) + sql.SQL(definition))
-            done.append(f"{name} with {TENANT}")
-    return done
+def undelegated(conn) -> list[str]:
+    """Entry points routed by a task or an action that have no form taking user_id first: on
+    Citus they cannot be delegated to the user's worker (their statements find rows by id
+    alone, which Citus cannot route), so there they are refused by Citus; one node runs them."""
+    return [r[0] for r in conn.execute(_ROUTING_SQL, _params()).fetchall()]
 
 
 def _views(conn) -> list[str]:
@@ -339,8 +281,8 @@ def distribute_table(conn, table: str, column: str = TENANT) -> None:
     conn.execute("SELECT create_distributed_table(%s, %s, colocate_with => %s)", (table, column, ROOT))
 
 
-def distribute(dsn: str, tables: Iterable[str] = (), *, prepare_keys: bool = False, force: bool = False,
-               progress: Callable[[str], None] | None = None) -> Result:
+def distribute(dsn: str, tables: Iterable[str] = (), *, progress: Callable[[str], None] | None = None
+               ) -> Result:
     """Distribute the installed schema (and the given business tables) on the coordinator at `dsn`.
     One transaction: it raises DistributeError (or the database's error), changing nothing,
     when it cannot."""
@@ -368,13 +310,10 @@ def distribute(dsn: str, tables: Iterable[str] = (), *, prepare_keys: bool = Fal
             # view over it calls a function on its row type, and a view may use the old keys.
             for view in _views(conn):
                 conn.execute(sql.SQL("DROP VIEW IF EXISTS {} CASCADE").format(sql.SQL(view)))
-            if prepare_keys:
-                say("preparing tenant keys (experimental)")
-                result.prepared = _prepare_keys(conn)
             problems = readiness(conn)
             problems += [p for t, c in business for p in check_business_table(conn, t, c)]
             problems += _undistributed_targets(conn, business)
-            if problems and not force:
+            if problems:
                 raise DistributeError(
                     "pyagentdb distribute: this schema cannot be distributed yet (nothing was changed):",
                     problems)
@@ -396,7 +335,7 @@ def distribute(dsn: str, tables: Iterable[str] = (), *, prepare_keys: bool = Fal
             conn.execute("SELECT create_distributed_table(%s, %s)", (ROOT, TENANT))
             for table in TENANT_TABLES[1:]:
                 conn.execute("SELECT create_distributed_table(%s, %s, colocate_with => %s)",
-                             (_q(table), TENANT, ROOT))
+                             (_q(table), column_of(table), ROOT))
             result.distributed = [_q(t) for t in TENANT_TABLES]
             for table, column in business:
                 say(f"distributing {table} by {column}")
@@ -424,6 +363,14 @@ def distribute(dsn: str, tables: Iterable[str] = (), *, prepare_keys: bool = Fal
                 conn.execute("SELECT create_distributed_function(%s, %s, colocate_with => %s)",
                              (signature, TENANT, ROOT))
                 result.functions.append(signature)
+            for statement in WORKER_SEQUENCES:
+                failed = conn.execute(
+                    "SELECT nodename, nodeport, result FROM run_command_on_workers(%s) WHERE NOT success",
+                    (statement,)).fetchall()
+                if failed:
+                    raise DistributeError("pyagentdb distribute: a worker refused a sequence",
+                                          [f"{h}:{p}: {r}" for h, p, r in failed])
+            result.undelegated = undelegated(conn)
         say(f"{len(result.functions)} entry points delegated by {TENANT}")
     return result
 

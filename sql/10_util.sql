@@ -95,3 +95,19 @@ AS $$
         ELSE jsonb_build_object('type', 'string')
     END
 $$;
+
+-- True on a Citus worker node (a call delegated there by the coordinator);
+-- false on the coordinator and on a server without Citus.
+CREATE OR REPLACE FUNCTION agentdb_private.on_citus_worker()
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_worker boolean;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL THEN
+        EXECUTE 'SELECT groupid <> 0 FROM pg_catalog.pg_dist_local_group' INTO v_worker;
+    END IF;
+    RETURN coalesce(v_worker, false);
+END
+$$;

@@ -61,6 +61,28 @@ BEGIN
 END
 $$;
 
+-- The task row, locked or not; with p_user NULL (the task-only entry points
+-- of one node) found by its id alone. NULL when there is none (for that user).
+CREATE OR REPLACE FUNCTION agentdb_private.task_row(p_user text, p_task uuid, p_lock boolean)
+RETURNS agentdb_private.tasks
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_task agentdb_private.tasks;
+BEGIN
+    IF p_user IS NULL AND p_lock THEN
+        SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = p_task FOR UPDATE;
+    ELSIF p_user IS NULL THEN
+        SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = p_task;
+    ELSIF p_lock THEN
+        SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.user_id = p_user AND t.id = p_task FOR UPDATE;
+    ELSE
+        SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.user_id = p_user AND t.id = p_task;
+    END IF;
+    RETURN v_task;
+END
+$$;
+
 -- Record a replan: step numbering continues where it was (seq never restarts).
 CREATE OR REPLACE FUNCTION agentdb.replan(task uuid)
 RETURNS integer
@@ -74,12 +96,16 @@ AS $$
 $$;
 
 -- The status a task's steps add up to: all ok -> success, none -> failed, else partial.
-CREATE OR REPLACE FUNCTION agentdb_private.settled_status(p_task uuid)
+-- (PL/pgSQL, and the user named: on Citus a query in an SQL function with
+-- parameters cannot be routed to a shard.)
+DROP FUNCTION IF EXISTS agentdb_private.settled_status(uuid);
+CREATE OR REPLACE FUNCTION agentdb_private.settled_status(p_user text, p_task uuid)
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT CASE
+BEGIN
+    RETURN (SELECT CASE
         WHEN count(*) = 0 THEN 'failed'
         WHEN bool_and(s.outcome = 'success' AND s.verified) THEN 'success'
         WHEN bool_or(s.outcome = 'success' AND s.verified) THEN 'partial'
@@ -88,31 +114,43 @@ AS $$
       FROM agentdb_private.steps AS s
      -- Calls refused because the task was already closed are not part of its work
      -- (the report and the claim check ignore them too).
-     WHERE s.task_id = p_task AND s.refusal IS DISTINCT FROM 'closed'
+     WHERE s.user_id = p_user AND s.task_id = p_task AND s.refusal IS DISTINCT FROM 'closed');
+END
 $$;
 
--- Settle a task. Settling twice returns the first result.
+-- Settle a task (p_user NULL: found by its id alone). Settling twice returns
+-- the first result.
+CREATE OR REPLACE FUNCTION agentdb_private.finish_core(p_user text, p_task uuid)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_task agentdb_private.tasks := agentdb_private.task_row(p_user, p_task, true);
+    v_status text;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    IF v_task.id IS NULL THEN
+        RAISE EXCEPTION 'finish_task: no task %', p_task USING ERRCODE = 'no_data_found';
+    END IF;
+    IF v_task.status <> 'running' THEN
+        RETURN v_task.status;
+    END IF;
+    v_status := agentdb_private.settled_status(v_task.user_id, v_task.id);
+    UPDATE agentdb_private.tasks AS t
+       SET status = v_status, finished_at = v_now, settled_by = 'finish_task'
+     WHERE t.user_id = v_task.user_id AND t.id = v_task.id;
+    RETURN v_status;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION agentdb.finish_task(task uuid)
 RETURNS text
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_status text;
 BEGIN
-    SELECT t.status INTO v_status FROM agentdb_private.tasks AS t WHERE t.id = finish_task.task FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'finish_task: no task %', finish_task.task USING ERRCODE = 'no_data_found';
-    END IF;
-    IF v_status <> 'running' THEN
-        RETURN v_status;
-    END IF;
-    v_status := agentdb_private.settled_status(finish_task.task);
-    UPDATE agentdb_private.tasks AS t
-       SET status = v_status, finished_at = clock_timestamp(), settled_by = 'finish_task'
-     WHERE t.id = finish_task.task;
-    RETURN v_status;
+    RETURN agentdb_private.finish_core(NULL, finish_task.task);
 END
 $$;
 
@@ -132,7 +170,7 @@ BEGIN
          FOR UPDATE SKIP LOCKED
     )
     UPDATE agentdb_private.tasks AS t
-       SET status = agentdb_private.settled_status(t.id),
+       SET status = agentdb_private.settled_status(t.user_id, t.id),
            finished_at = clock_timestamp(),
            settled_by = 'reap_tasks'
       FROM stale

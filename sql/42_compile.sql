@@ -226,6 +226,7 @@ AS $$
         || '    v_affected integer := 0;' || chr(10) || '    v_left integer;' || chr(10) || '    v_row jsonb;' || chr(10)
         || '    v_mismatch text;' || chr(10) || '    v_conflict jsonb;' || chr(10)
         || CASE WHEN p_tool.action = 'insert' THEN format('    v_new %s;', p_tool.target) || chr(10) ELSE '' END
+        || CASE WHEN p_tool.action = 'delete' THEN format('    v_gone %s;', p_tool.target) || chr(10) ELSE '' END
         || string_agg(format('    %s %s;', c ->> 'var', c ->> 'full_type') || chr(10)
             || CASE WHEN p_tool.action <> 'insert' THEN format('    %s %s;', c ->> 'wvar', c ->> 'full_type') || chr(10)
                     ELSE '' END
@@ -339,7 +340,9 @@ $g$, c.col ->> 'name', CASE WHEN p_tool.action = 'insert' THEN format('%s is req
          WHERE CASE WHEN p_tool.action = 'insert'
                     THEN (c.col ->> 'not_null')::boolean AND c.col ->> 'default' IS NULL
                          AND (c.col ->> 'insertable')::boolean AND NOT (c.col ->> 'owner')::boolean
-                    ELSE (c.col ->> 'key')::boolean END
+                    -- The owner in the key (a table keyed (user_id, id), as Citus wants it)
+                    -- is the task's user, never an argument.
+                    ELSE (c.col ->> 'key')::boolean AND NOT (c.col ->> 'owner')::boolean END
     ),
     filled AS (
         SELECT string_agg(format($g$            IF %2$s ? %1$L THEN
@@ -566,7 +569,11 @@ AS $$
         string_agg(c ->> 'kvar', ', ' ORDER BY array_position(p_tool.key_columns, c ->> 'name')),
         p_select, p_tool.target,
         string_agg(format('agentdb_target.%I = agentdb_key.%I', c ->> 'name', c ->> 'kvar'), ' AND '
-                   ORDER BY array_position(p_tool.key_columns, c ->> 'name')))
+                   ORDER BY array_position(p_tool.key_columns, c ->> 'name'))
+        -- The owner too, as the task's user: on Citus that routes the read-back to the user's
+        -- shard (a key value taken from unnest() cannot be routed).
+        || coalesce((SELECT format(' AND agentdb_target.%I = %s', o ->> 'name', o ->> 'var')
+                       FROM jsonb_array_elements(p_cols) AS o WHERE (o ->> 'owner')::boolean), ''))
       FROM jsonb_array_elements(p_cols) AS c WHERE (c ->> 'key')::boolean
 $$;
 
@@ -804,13 +811,21 @@ AS $$
                 WITH agentdb_done AS (DELETE FROM %1$s AS agentdb_target WHERE %2$s RETURNING %3$s)
                 SELECT count(*)::integer, %4$s INTO v_affected, %5$s FROM agentdb_done;
             ELSE
-                DELETE FROM %1$s AS agentdb_target WHERE %6$s RETURNING to_jsonb(agentdb_target.*), %3$s INTO v_row, %7$s;
+                -- The row, not to_jsonb() of it, in RETURNING: Citus takes only IMMUTABLE
+                -- functions there.
+                DELETE FROM %1$s AS agentdb_target WHERE %6$s RETURNING agentdb_target.* INTO v_gone;
                 GET DIAGNOSTICS v_affected = ROW_COUNT;
+                IF v_affected > 0 THEN
+                    v_row := to_jsonb(v_gone);
+%7$s
+                END IF;
             END IF;
 $g$, p_tool.target, agentdb_private.compile_match(p_tool, p_cols, 'bulk'),
         agentdb_private.compile_keys(p_tool, p_cols, 'returning'), agentdb_private.compile_keys(p_tool, p_cols, 'agg'),
         agentdb_private.compile_keys(p_tool, p_cols, 'into_all'), agentdb_private.compile_match(p_tool, p_cols, 'key'),
-        agentdb_private.compile_keys(p_tool, p_cols, 'into')))
+        (SELECT string_agg(format('                    %s := v_gone.%I;', c ->> 'kvar', c ->> 'name'), chr(10)
+                           ORDER BY array_position(p_tool.key_columns, c ->> 'name'))
+           FROM jsonb_array_elements(p_cols) AS c WHERE (c ->> 'key')::boolean)))
         || agentdb_private.compile_count(p_tool, p_cols)
         || agentdb_private.compile_proof(format($g$            IF v_bulk THEN
                 SELECT count(*)::integer INTO v_left %1$s;
@@ -897,6 +912,8 @@ DECLARE
     v_cols jsonb;
     v_missing text;
     v_was text := current_setting('agentdb.compiling', true);
+    v_sig text;
+    v_at timestamptz;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('agentdb compile', 0));
     SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = p_name;
@@ -936,8 +953,12 @@ BEGIN
         PERFORM agentdb_private.compile_dispatch();
     END IF;
     PERFORM set_config('agentdb.compiling', coalesce(v_was, ''), true);
+    -- Values, not calls, in the SET list: on Citus (tools is a reference table)
+    -- an UPDATE takes no VOLATILE function.
+    v_sig := agentdb_private.tool_signature(v_tool);
+    v_at := clock_timestamp();
     UPDATE agentdb_private.tools AS t
-       SET compiled_sig = agentdb_private.tool_signature(v_tool), compiled_at = clock_timestamp(), stale_reason = NULL
+       SET compiled_sig = v_sig, compiled_at = v_at, stale_reason = NULL
      WHERE t.name = p_name;
 END
 $$;
@@ -1035,13 +1056,17 @@ $$;
 
 -- Is the event trigger there and enabled? Without it, invoke compares each
 -- tool's signature with the catalogue itself (see agentdb_private.step_gate).
+-- On a Citus worker (a call delegated there) DDL comes from the coordinator,
+-- whose event trigger marks stale tools in tools, a reference table copied to
+-- every node (docs/scaling.md): there the stored state is the one to trust.
 CREATE OR REPLACE FUNCTION agentdb_private.ddl_watched()
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger AS e
-                    WHERE e.evtname = 'agentdb_ddl' AND e.evtenabled <> 'D');
+                    WHERE e.evtname = 'agentdb_ddl' AND e.evtenabled <> 'D')
+        OR agentdb_private.on_citus_worker();
 END
 $$;
 
@@ -1070,6 +1095,22 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT agentdb_private.tool_stale(p_tool) $$;
 
+-- By name, for the view: on Citus a view over the tools (a reference table)
+-- may not call a function on their row type ("circular dependencies").
+CREATE OR REPLACE FUNCTION agentdb_private.stale_reason(p_name text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_tool agentdb_private.tools;
+BEGIN
+    SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = p_name;
+    RETURN agentdb_private.tool_stale(v_tool);
+END
+$$;
+
 -- Recompile the tools (the owner, after DDL made some stale; or to retry).
 CREATE OR REPLACE FUNCTION agentdb.compile_tools(every boolean DEFAULT false)
 RETURNS TABLE (tool text, status text)
@@ -1083,8 +1124,8 @@ CREATE OR REPLACE VIEW agentdb.tool_status AS
 SELECT
     t.name AS tool,
     t.compiled_at,
-    agentdb_private.stale_reason(t) AS stale_reason,
-    agentdb_private.stale_reason(t) IS NOT NULL AS stale,
+    agentdb_private.stale_reason(t.name) AS stale_reason,
+    agentdb_private.stale_reason(t.name) IS NOT NULL AS stale,
     agentdb_private.ddl_watched() AS ddl_watched
 FROM agentdb_private.tools AS t;
 
@@ -1100,4 +1141,5 @@ END
 $evt$;
 
 GRANT SELECT ON agentdb.tool_status TO agentdb_app, agentdb_auditor;
-GRANT EXECUTE ON FUNCTION agentdb_private.stale_reason(agentdb_private.tools) TO agentdb_app, agentdb_auditor;
+GRANT EXECUTE ON FUNCTION agentdb_private.stale_reason(agentdb_private.tools), agentdb_private.stale_reason(text)
+TO agentdb_app, agentdb_auditor;

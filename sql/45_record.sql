@@ -166,10 +166,10 @@ DECLARE
 BEGIN
     IF p_seq IS NOT NULL THEN
         INSERT INTO agentdb_private.steps (
-            task_id, seq, tool, action, args, reason, outcome, refusal, verified, attempts,
+            user_id, task_id, seq, tool, action, args, reason, outcome, refusal, verified, attempts,
             error, affected_rows, call_id, receipt, started_at
         ) VALUES (
-            p_task.id, p_seq, p_tool_name, p_tool.action,
+            p_task.user_id, p_task.id, p_seq, p_tool_name, p_tool.action,
             -- Oversized arguments are not stored whole: the refusal already says why.
             CASE WHEN octet_length(p_args::text) > agentdb_private.max_args_bytes()
                  THEN jsonb_build_object('_truncated', true, 'bytes', octet_length(p_args::text)) ELSE p_args END,
@@ -203,13 +203,14 @@ DROP FUNCTION IF EXISTS agentdb_private.record_refusal(
 DROP FUNCTION IF EXISTS agentdb_private.refuse_isolation(uuid, text, jsonb, text);
 
 -- The first receipt of a call_id in a task (marked replayed), or NULL.
-CREATE OR REPLACE FUNCTION agentdb_private.prior_receipt(p_task uuid, p_call_id text)
+DROP FUNCTION IF EXISTS agentdb_private.prior_receipt(uuid, text);
+CREATE OR REPLACE FUNCTION agentdb_private.prior_receipt(p_user text, p_task uuid, p_call_id text)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     RETURN (SELECT jsonb_build_object('step_id', s.id) || s.receipt || '{"replayed": true}'
               FROM agentdb_private.steps AS s
-             WHERE s.task_id = p_task AND s.call_id = p_call_id);
+             WHERE s.user_id = p_user AND s.task_id = p_task AND s.call_id = p_call_id);
 END
 $$;

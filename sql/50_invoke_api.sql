@@ -7,13 +7,16 @@
 -- of them.
 
 -- The next step number of a task (callers hold the task row lock, so seq
--- stays continuous under concurrent calls).
-CREATE OR REPLACE FUNCTION agentdb_private.next_seq(p_task uuid)
+-- stays continuous under concurrent calls). Every statement on a tenant table
+-- names the user too (revision 0014): on Citus that routes it to one shard.
+DROP FUNCTION IF EXISTS agentdb_private.next_seq(uuid);
+CREATE OR REPLACE FUNCTION agentdb_private.next_seq(p_user text, p_task uuid)
 RETURNS integer
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-    RETURN (SELECT coalesce(max(s.seq), 0) + 1 FROM agentdb_private.steps AS s WHERE s.task_id = p_task);
+    RETURN (SELECT coalesce(max(s.seq), 0) + 1 FROM agentdb_private.steps AS s
+             WHERE s.user_id = p_user AND s.task_id = p_task);
 END
 $$;
 
@@ -58,8 +61,12 @@ $$;
 --   * call_id: the call_id as stored: NULL when too long to be one, or when an
 --     agent's call_id takes a prefix reserved for confirm and the worker
 --     (draft:, action:), so it can never pose as a confirmation's step.
+--   * p_user: the user the call is made for (the tenant-first entry points);
+--     a task of another user reads as unknown and is audited under p_user.
+--     NULL: the task-only entry points, which find the task by its id.
+DROP FUNCTION IF EXISTS agentdb_private.step_open(uuid, text, boolean);
 CREATE OR REPLACE FUNCTION agentdb_private.step_open(
-    p_task uuid, p_call_id text, p_confirmed boolean,
+    p_user text, p_task uuid, p_call_id text, p_confirmed boolean,
     OUT task agentdb_private.tasks, OUT seq integer, OUT call_id text, OUT started timestamptz,
     OUT prior jsonb, OUT refusal jsonb
 )
@@ -69,24 +76,34 @@ BEGIN
     started := clock_timestamp();
     call_id := CASE WHEN length(p_call_id) <= 200 AND (p_confirmed OR p_call_id !~ '^(draft|action):') THEN p_call_id END;
     IF current_setting('transaction_isolation') <> 'read committed' THEN
-        SELECT * INTO task FROM agentdb_private.tasks AS t WHERE t.id = p_task;
+        task := agentdb_private.task_row(p_user, p_task, false);
         refusal := agentdb_private.not_done('refused', 'isolation_level',
             format('agentdb calls run in READ COMMITTED; this transaction is %s',
                    upper(current_setting('transaction_isolation'))));
     ELSE
-        SELECT * INTO task FROM agentdb_private.tasks AS t WHERE t.id = p_task FOR UPDATE;
+        task := agentdb_private.task_row(p_user, p_task, true);
     END IF;
     IF task.id IS NULL THEN
         task.id := p_task;
+        task.user_id := p_user;
         refusal := coalesce(refusal, agentdb_private.not_done('refused', 'unknown_task', format('no task %s', p_task)));
         RETURN;
     END IF;
     IF refusal IS NULL THEN
-        prior := agentdb_private.prior_receipt(task.id, call_id);
+        prior := agentdb_private.prior_receipt(task.user_id, task.id, call_id);
     END IF;
-    seq := agentdb_private.next_seq(task.id);
+    seq := agentdb_private.next_seq(task.user_id, task.id);
 END
 $$;
+
+-- The task-only form (one node): the task found by its id.
+CREATE OR REPLACE FUNCTION agentdb_private.step_open(
+    p_task uuid, p_call_id text, p_confirmed boolean,
+    OUT task agentdb_private.tasks, OUT seq integer, OUT call_id text, OUT started timestamptz,
+    OUT prior jsonb, OUT refusal jsonb
+)
+LANGUAGE sql
+AS $$ SELECT * FROM agentdb_private.step_open(NULL::text, p_task, p_call_id, p_confirmed) $$;
 
 -- May this call run? The gate checks, then the call_id rules, then whether
 -- the tool needs the user's confirmation (p_confirmed: it has it), then
@@ -147,7 +164,9 @@ $$;
 -- One guarded call through a compiled tool, shared by invoke, confirm and the
 -- approval worker. p_confirmed: the user already confirmed this exact call (a
 -- draft or an approved action), so a tool that needs confirmation may run.
+DROP FUNCTION IF EXISTS agentdb_private.invoke_core(uuid, text, jsonb, text, text, integer, bigint, boolean);
 CREATE OR REPLACE FUNCTION agentdb_private.invoke_core(
+    p_user text,
     p_task uuid,
     p_tool text,
     p_args jsonb,
@@ -165,7 +184,7 @@ DECLARE
     v_tool agentdb_private.tools;
     v_result jsonb;
 BEGIN
-    s := agentdb_private.step_open(p_task, p_call_id, p_confirmed);
+    s := agentdb_private.step_open(p_user, p_task, p_call_id, p_confirmed);
     IF s.prior IS NOT NULL THEN
         RETURN s.prior;
     END IF;
@@ -200,7 +219,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN agentdb_private.invoke_core(
-        invoke.task, invoke.tool, invoke.args, invoke.call_id, invoke.reason,
+        NULL, invoke.task, invoke.tool, invoke.args, invoke.call_id, invoke.reason,
         invoke.expect_rows, invoke.expected_version, false
     );
 END

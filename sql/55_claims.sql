@@ -862,7 +862,8 @@ $$;
 -- Steps refused because the task was already closed are not part of the work.
 -- The one definition: finalize_reply calls it directly (it runs as the owner);
 -- pending_claims' readers go through claim_backed below.
-CREATE OR REPLACE FUNCTION agentdb_private.claim_is_backed(p_task uuid, p_kind text, p_tool text)
+DROP FUNCTION IF EXISTS agentdb_private.claim_is_backed(uuid, text, text);
+CREATE OR REPLACE FUNCTION agentdb_private.claim_is_backed(p_user text, p_task uuid, p_kind text, p_tool text)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 -- plpgsql keeps its plans for the session; an SQL function that cannot be
@@ -875,13 +876,13 @@ BEGIN
         RETURN coalesce((
             SELECT bool_and(s.outcome = 'success' AND s.verified)
               FROM agentdb_private.steps AS s
-             WHERE s.task_id = p_task
+             WHERE s.user_id = p_user AND s.task_id = p_task
                AND s.refusal IS DISTINCT FROM 'closed'
                AND (p_tool IS NULL OR s.tool = p_tool)), false);
     END IF;
     RETURN EXISTS (
         SELECT 1 FROM agentdb_private.steps AS s
-         WHERE s.task_id = p_task
+         WHERE s.user_id = p_user AND s.task_id = p_task
            AND s.outcome = 'success' AND s.verified
            AND s.action = CASE p_kind
                WHEN 'create' THEN 'insert' WHEN 'update' THEN 'update' WHEN 'delete' THEN 'delete' END
@@ -890,14 +891,16 @@ END
 $$;
 
 -- The same, with the owner's rights: views call functions with the reader's
--- rights, and readers of pending_claims cannot read steps.
+-- rights, and readers of pending_claims cannot read steps. (By task id alone:
+-- the view of revision 0008 calls it.)
 CREATE OR REPLACE FUNCTION agentdb_private.claim_backed(p_task uuid, p_kind text, p_tool text)
 RETURNS boolean
 LANGUAGE sql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT agentdb_private.claim_is_backed(p_task, p_kind, p_tool)
+    SELECT agentdb_private.claim_is_backed(t.user_id, p_task, p_kind, p_tool)
+      FROM agentdb_private.tasks AS t WHERE t.id = p_task
 $$;
 
 GRANT EXECUTE ON FUNCTION agentdb.detect_claims(text, text) TO agentdb_app, agentdb_agent, agentdb_auditor;

@@ -266,22 +266,27 @@ $$;
 -- How much of a class the task's verified steps did: the number of verified
 -- steps of the task (of p_tool, when given) whose tool backs the class, or
 -- their affected rows, whichever is more (a bulk update backs "all 5").
-CREATE OR REPLACE FUNCTION agentdb_private.class_capacity(p_task uuid, p_class text, p_tool text)
+DROP FUNCTION IF EXISTS agentdb_private.class_capacity(uuid, text, text);
+CREATE OR REPLACE FUNCTION agentdb_private.class_capacity(p_user text, p_task uuid, p_class text, p_tool text)
 RETURNS integer
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    -- PL/pgSQL and read by the task's user: on Citus a query in an SQL
+    -- function with parameters is not routed to the user's shard.
     -- The classes of the step's action and the tool's backs first: the labels'
     -- classes (regex work) only for a tool that declares none.
-    SELECT greatest(count(*), coalesce(sum(s.affected_rows), 0))::integer
+    RETURN (SELECT greatest(count(*), coalesce(sum(s.affected_rows), 0))::integer
       FROM agentdb_private.steps AS s
       LEFT JOIN agentdb_private.tools AS t ON t.name = s.tool
-     WHERE s.task_id = p_task
+     WHERE s.user_id = p_user AND s.task_id = p_task
        AND s.outcome = 'success' AND s.verified
        AND (p_tool IS NULL OR s.tool = p_tool)
        AND (agentdb_private.claim_doc_compiled() -> 'classes' -> 'actions' -> s.action ? p_class
             OR p_class = ANY (t.backs)
-            OR (t.backs IS NULL AND agentdb_private.label_names_class(t.label_en, t.label_zh, p_class)))
+            OR (t.backs IS NULL AND agentdb_private.label_names_class(t.label_en, t.label_zh, p_class))));
+END
 $$;
 
 -- Is a claim backed by the task's steps, by its class? A claim of class done
@@ -289,7 +294,10 @@ $$;
 -- closed are not part of the work); any other class a verified step whose
 -- classes (step_classes) hold it. A claim without a class (a declared one) is
 -- read by its kind, as before. p_tool: only that tool's steps back it.
-CREATE OR REPLACE FUNCTION agentdb_private.claim_is_backed_as(p_task uuid, p_kind text, p_class text, p_tool text)
+DROP FUNCTION IF EXISTS agentdb_private.claim_is_backed_as(uuid, text, text, text);
+CREATE OR REPLACE FUNCTION agentdb_private.claim_is_backed_as(
+    p_user text, p_task uuid, p_kind text, p_class text, p_tool text
+)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 -- No SET clause: only claim_backed_as and finalize_reply, both with a pinned
@@ -297,9 +305,9 @@ LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     IF p_class IS NULL OR p_kind = 'done' AND p_class = 'done' THEN
-        RETURN agentdb_private.claim_is_backed(p_task, p_kind, p_tool);
+        RETURN agentdb_private.claim_is_backed(p_user, p_task, p_kind, p_tool);
     END IF;
-    RETURN agentdb_private.class_capacity(p_task, p_class, p_tool) > 0;
+    RETURN agentdb_private.class_capacity(p_user, p_task, p_class, p_tool) > 0;
 END
 $$;
 
@@ -309,8 +317,9 @@ $$;
 -- is one more action of it: n such claims need n verified steps backing the
 -- class, or n affected rows. A restatement ("Cancelled. Status: cancelled")
 -- names nothing else and counts once.
+DROP FUNCTION IF EXISTS agentdb_private.claims_outnumber(uuid, text, jsonb, jsonb);
 CREATE OR REPLACE FUNCTION agentdb_private.claims_outnumber(
-    p_task uuid, p_text text, p_clauses jsonb, p_claims jsonb
+    p_user text, p_task uuid, p_text text, p_clauses jsonb, p_claims jsonb
 )
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -342,7 +351,7 @@ BEGIN
         END LOOP;
     END LOOP;
     FOR v_class IN SELECT n.key FROM jsonb_each_text(v_need) AS n WHERE n.value::integer > 1 LOOP
-        IF agentdb_private.class_capacity(p_task, v_class, NULL) < (v_need ->> v_class)::integer THEN
+        IF agentdb_private.class_capacity(p_user, p_task, v_class, NULL) < (v_need ->> v_class)::integer THEN
             RETURN format('the reply claims %s actions of class %s; fewer were done', v_need ->> v_class, v_class);
         END IF;
     END LOOP;
@@ -351,13 +360,28 @@ END
 $$;
 
 -- The same with the owner's rights, for pending_claims' readers.
+-- (By task id alone: the view of revision 0013 calls it until it is replaced.)
 CREATE OR REPLACE FUNCTION agentdb_private.claim_backed_as(p_task uuid, p_kind text, p_class text, p_tool text)
 RETURNS boolean
 LANGUAGE sql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT agentdb_private.claim_is_backed_as(p_task, p_kind, p_class, p_tool)
+    SELECT agentdb_private.claim_is_backed_as(t.user_id, p_task, p_kind, p_class, p_tool)
+      FROM agentdb_private.tasks AS t WHERE t.id = p_task
+$$;
+
+CREATE OR REPLACE FUNCTION agentdb_private.claim_backed_as(
+    p_user text, p_task uuid, p_kind text, p_class text, p_tool text
+)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN agentdb_private.claim_is_backed_as(p_user, p_task, p_kind, p_class, p_tool);
+END
 $$;
 
 -- The values the task's verified steps wrote, as read back: every changed
@@ -366,20 +390,27 @@ $$;
 -- day, hour, minute) in the task's time zone; numbers; currency-like codes.
 CREATE OR REPLACE FUNCTION agentdb_private.written_values(p_task agentdb_private.tasks)
 RETURNS TABLE (day_offset integer, hh integer, mi integer, num numeric, code text)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    -- PL/pgSQL, every table read by the task's user: on Citus a query in an SQL
+    -- function with parameters is not routed, and change-log rows are the
+    -- owner's (a table without an owner column: the receipt's row counts).
+    RETURN QUERY
     WITH steps AS (
         SELECT s.seq, s.receipt -> 'row' AS receipt_row, s.finished_at
           FROM agentdb_private.steps AS s
-         WHERE s.task_id = p_task.id AND s.outcome = 'success' AND s.verified
+         WHERE s.user_id = p_task.user_id AND s.task_id = p_task.id AND s.outcome = 'success' AND s.verified
     ),
     rows_written AS (
         SELECT r.r FROM steps AS s
          CROSS JOIN LATERAL (
-             SELECT c.new_row AS r FROM agentdb_private.change_log AS c WHERE c.task_id = p_task.id AND c.seq = s.seq
+             SELECT c.new_row AS r FROM agentdb_private.change_log AS c
+              WHERE c.user_id = p_task.user_id AND c.task_id = p_task.id AND c.seq = s.seq
              UNION ALL
-             SELECT c.old_row FROM agentdb_private.change_log AS c WHERE c.task_id = p_task.id AND c.seq = s.seq
+             SELECT c.old_row FROM agentdb_private.change_log AS c
+              WHERE c.user_id = p_task.user_id AND c.task_id = p_task.id AND c.seq = s.seq
              UNION ALL
              SELECT s.receipt_row) AS r
          WHERE r.r IS NOT NULL AND jsonb_typeof(r.r) = 'object'
@@ -412,7 +443,8 @@ AS $$
     -- A currency-like code: three ASCII letters.
     SELECT NULL, NULL, NULL, NULL, upper(v.value #>> '{}') FROM vals AS v
      WHERE jsonb_typeof(v.value) = 'string' AND char_length(v.value #>> '{}') = 3
-       AND translate(v.value #>> '{}', 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz', '') = ''
+       AND translate(v.value #>> '{}', 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz', '') = '';
+END
 $$;
 
 -- Why the facts of a reply do not match what the task's verified steps
@@ -507,7 +539,7 @@ BEGIN
             SELECT ARRAY[count(*)::integer, coalesce(sum(s.affected_rows), 0)::integer] || array_agg(s.affected_rows)
               INTO v_counts
               FROM agentdb_private.steps AS s
-             WHERE s.task_id = p_task.id AND s.outcome = 'success' AND s.verified;
+             WHERE s.user_id = p_task.user_id AND s.task_id = p_task.id AND s.outcome = 'success' AND s.verified;
         END IF;
         -- The clause's day and half of the day, when it names one of each (one
         -- value, however often); whether it names a time.
@@ -611,9 +643,12 @@ SELECT
     -- New columns go last: CREATE OR REPLACE VIEW can only append.
     c.claim_class
 FROM agentdb_private.claims AS c
-INNER JOIN agentdb_private.tasks AS t ON c.task_id = t.id
-WHERE NOT agentdb_private.claim_backed_as(c.task_id, c.kind, c.claim_class, c.tool);
+INNER JOIN agentdb_private.tasks AS t ON c.user_id = t.user_id AND c.task_id = t.id
+WHERE NOT agentdb_private.claim_backed_as(c.user_id, c.task_id, c.kind, c.claim_class, c.tool);
 
 GRANT SELECT ON agentdb.pending_claims TO agentdb_app, agentdb_auditor;
 -- Views call functions with the reader's rights: readers of pending_claims need this.
-GRANT EXECUTE ON FUNCTION agentdb_private.claim_backed_as(uuid, text, text, text) TO agentdb_app, agentdb_auditor;
+GRANT EXECUTE ON FUNCTION
+agentdb_private.claim_backed_as(text, uuid, text, text, text),
+agentdb_private.claim_backed_as(uuid, text, text, text)
+TO agentdb_app, agentdb_auditor;

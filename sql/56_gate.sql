@@ -1,12 +1,14 @@
 -- The exit gate: the execution report, the prompt rules and finalize_reply.
 
 -- Each step of a task in everyday words, for the model's final wording.
-CREATE OR REPLACE FUNCTION agentdb_private.report_steps(p_task uuid)
+DROP FUNCTION IF EXISTS agentdb_private.report_steps(uuid);
+CREATE OR REPLACE FUNCTION agentdb_private.report_steps(p_user text, p_task uuid)
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT coalesce(jsonb_agg(jsonb_build_object(
+BEGIN
+    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
         'seq', s.seq,
         'label', s.receipt ->> 'label',
         'succeeded', s.outcome = 'success' AND s.verified,
@@ -16,7 +18,8 @@ AS $$
         'detail', s.receipt ->> 'detail'
     ) ORDER BY s.seq), '[]')
       FROM agentdb_private.steps AS s
-     WHERE s.task_id = p_task AND s.refusal IS DISTINCT FROM 'closed'
+     WHERE s.user_id = p_user AND s.task_id = p_task AND s.refusal IS DISTINCT FROM 'closed');
+END
 $$;
 
 -- The rules for the final wording, in the task's language.
@@ -34,8 +37,10 @@ $$;
 
 -- Close a task: no tool may run in it afterwards (invoke refuses it as
 -- "closed"). The row stays locked to the end of the transaction. NULL for an
--- unknown task. The report and the reply both end the work this way.
-CREATE OR REPLACE FUNCTION agentdb_private.close_task(p_task uuid)
+-- unknown task. The report and the reply both end the work this way. p_user
+-- NULL: the task found by its id alone (the task-only entry points).
+DROP FUNCTION IF EXISTS agentdb_private.close_task(uuid);
+CREATE OR REPLACE FUNCTION agentdb_private.close_task(p_user text, p_task uuid)
 RETURNS agentdb_private.tasks
 LANGUAGE plpgsql
 -- No SET clause: called only by report and finalize_reply, both with a pinned
@@ -43,31 +48,37 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_task agentdb_private.tasks;
+    -- A value, not a call: on Citus an UPDATE takes no VOLATILE function.
+    v_now timestamptz := clock_timestamp();
 BEGIN
-    UPDATE agentdb_private.tasks AS t SET closed_at = coalesce(t.closed_at, clock_timestamp())
-     WHERE t.id = p_task
-    RETURNING * INTO v_task;
+    IF p_user IS NULL THEN
+        UPDATE agentdb_private.tasks AS t SET closed_at = coalesce(t.closed_at, v_now)
+         WHERE t.id = p_task
+        RETURNING * INTO v_task;
+    ELSE
+        UPDATE agentdb_private.tasks AS t SET closed_at = coalesce(t.closed_at, v_now)
+         WHERE t.user_id = p_user AND t.id = p_task
+        RETURNING * INTO v_task;
+    END IF;
     RETURN v_task;
 END
 $$;
 
 -- Take the execution report. Taking it closes the task's tools: any later
 -- invoke in this task is refused as "closed", so nothing is written twice.
-CREATE OR REPLACE FUNCTION agentdb.report(task uuid)
+CREATE OR REPLACE FUNCTION agentdb_private.report_core(p_user text, p_task uuid)
 RETURNS jsonb
 LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_task agentdb_private.tasks;
     v_steps jsonb;
 BEGIN
-    v_task := agentdb_private.close_task(report.task);
+    v_task := agentdb_private.close_task(p_user, p_task);
     IF v_task.id IS NULL THEN
-        RAISE EXCEPTION 'report: no task %', report.task USING ERRCODE = 'no_data_found';
+        RAISE EXCEPTION 'report: no task %', p_task USING ERRCODE = 'no_data_found';
     END IF;
-    v_steps := agentdb_private.report_steps(v_task.id);
+    v_steps := agentdb_private.report_steps(v_task.user_id, v_task.id);
     RETURN jsonb_build_object(
         'task_id', v_task.id,
         'lang', v_task.lang,
@@ -79,16 +90,25 @@ BEGIN
 END
 $$;
 
--- The report as text for the model's prompt.
-CREATE OR REPLACE FUNCTION agentdb.report_text(task uuid, lang text DEFAULT NULL)
-RETURNS text
+CREATE OR REPLACE FUNCTION agentdb.report(task uuid)
+RETURNS jsonb
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    RETURN agentdb_private.report_core(NULL, report.task);
+END
+$$;
+
+-- The report as text for the model's prompt.
+CREATE OR REPLACE FUNCTION agentdb_private.report_text_core(p_user text, p_task uuid, p_lang text)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
 DECLARE
-    v_report jsonb := agentdb.report(report_text.task);
-    v_lang text := coalesce(report_text.lang, v_report ->> 'lang');
+    v_report jsonb := agentdb_private.report_core(p_user, p_task);
+    v_lang text := coalesce(p_lang, v_report ->> 'lang');
     v_lines text [];
 BEGIN
     v_lines := ARRAY[agentdb_private.msg('report.title', v_lang)];
@@ -104,6 +124,17 @@ BEGIN
     v_lines := v_lines || agentdb_private.msg('report.rules_title', v_lang)
         || ARRAY(SELECT '- ' || r FROM jsonb_array_elements_text(agentdb_private.report_rules(v_lang)) AS r);
     RETURN array_to_string(v_lines, E'\n');
+END
+$$;
+
+CREATE OR REPLACE FUNCTION agentdb.report_text(task uuid, lang text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN agentdb_private.report_text_core(NULL, report_text.task, report_text.lang);
 END
 $$;
 
@@ -150,7 +181,10 @@ $$;
 --             duplicate, conflict, failed, unverified, needs_confirmation);
 --   clean     at least one step, every one of them verified.
 -- failed: how many steps are not verified successes.
-CREATE OR REPLACE FUNCTION agentdb_private.book_state(p_task uuid, OUT state text, OUT steps integer, OUT failed integer)
+DROP FUNCTION IF EXISTS agentdb_private.book_state(uuid);
+CREATE OR REPLACE FUNCTION agentdb_private.book_state(
+    p_user text, p_task uuid, OUT state text, OUT steps integer, OUT failed integer
+)
 LANGUAGE plpgsql STABLE
 -- plpgsql: its plan is kept for the session. No SET clause: only finalize_reply,
 -- with a pinned search_path, calls it.
@@ -159,7 +193,7 @@ BEGIN
     SELECT count(*)::integer, count(*) FILTER (WHERE NOT (s.outcome = 'success' AND s.verified))::integer
       INTO steps, failed
       FROM agentdb_private.steps AS s
-     WHERE s.task_id = p_task AND s.refusal IS DISTINCT FROM 'closed';
+     WHERE s.user_id = p_user AND s.task_id = p_task AND s.refusal IS DISTINCT FROM 'closed';
     state := CASE WHEN steps = 0 THEN 'empty' WHEN failed > 0 THEN 'troubled' ELSE 'clean' END;
 END
 $$;
@@ -242,7 +276,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_steps jsonb := agentdb_private.report_steps(p_task.id);
+    v_steps jsonb := agentdb_private.report_steps(p_task.user_id, p_task.id);
     v_drafts text [];
     v_lines text [] := '{}';
     v_ok integer;
@@ -252,7 +286,7 @@ BEGIN
         SELECT '- ' || agentdb_private.msg('draft.proposed', p_task.lang, jsonb_build_object(
                    'ordinal', d.ordinal, 'summary', CASE WHEN p_task.lang = 'en' THEN d.summary_en ELSE d.summary_zh END))
           FROM agentdb_private.drafts AS d
-         WHERE d.task_id = p_task.id AND d.status = 'proposed'
+         WHERE d.user_id = p_task.user_id AND d.task_id = p_task.id AND d.status = 'proposed'
          ORDER BY d.ordinal);
     IF v_total = 0 AND cardinality(v_drafts) = 0 THEN
         -- In an action turn the user already said what to do: nothing was done
@@ -275,12 +309,11 @@ $$;
 
 -- The exit gate. Stores the claims, decides deliver or replace from the
 -- database alone, keeps only the delivered text as history and the model's
--- text only in the audit row. A second call returns the first verdict.
-CREATE OR REPLACE FUNCTION agentdb.finalize_reply(task uuid, model_text text, claims jsonb DEFAULT NULL)
+-- text only in the audit row. A second call returns the first verdict. p_user
+-- NULL: the task found by its id alone (the task-only entry point).
+CREATE OR REPLACE FUNCTION agentdb_private.finalize_core(p_user text, task uuid, model_text text, claims jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_task agentdb_private.tasks;
@@ -309,17 +342,17 @@ BEGIN
     -- The reply ends the turn: the task is closed, and locked against a
     -- concurrent finalize_reply. In READ COMMITTED every later statement sees
     -- the steps of calls that held the task's lock before.
-    v_task := agentdb_private.close_task(finalize_reply.task);
+    v_task := agentdb_private.close_task(p_user, finalize_core.task);
     IF v_task.id IS NULL THEN
-        INSERT INTO agentdb_private.audit (task_id, action, status, outcome, refusal, detail, payload)
-        VALUES (finalize_reply.task, 'reply', 'REFUSED', 'replace', 'unknown_task', 'no such task',
+        INSERT INTO agentdb_private.audit (task_id, user_id, action, status, outcome, refusal, detail, payload)
+        VALUES (finalize_core.task, p_user, 'reply', 'REFUSED', 'replace', 'unknown_task', 'no such task',
                 jsonb_build_object('model_text', left(model_text, 100000)));
         RETURN jsonb_build_object('verdict', 'replace', 'text', agentdb_private.msg('gate.unknown_task', 'zh')
             || E'\n' || agentdb_private.msg('gate.unknown_task', 'en'), 'pending', '[]'::jsonb,
             'error', 'unknown_task');
     END IF;
 
-    SELECT * INTO v_prior FROM agentdb_private.replies AS r WHERE r.task_id = v_task.id;
+    SELECT * INTO v_prior FROM agentdb_private.replies AS r WHERE r.user_id = v_task.user_id AND r.task_id = v_task.id;
     IF FOUND THEN
         RETURN jsonb_build_object('verdict', v_prior.verdict, 'text', v_prior.delivered_text,
                                   'pending', v_prior.pending, 'repeated', true, 'book_state', v_prior.book_state);
@@ -327,7 +360,7 @@ BEGIN
 
     -- Declared claims are trusted for their shape only; anything odd counts
     -- as a generic "done", the strictest claim to back.
-    IF jsonb_typeof(finalize_reply.claims) = 'array' THEN
+    IF jsonb_typeof(finalize_core.claims) = 'array' THEN
         v_source := 'declared';
         SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'kind', CASE WHEN c ->> 'kind' IN ('create', 'update', 'delete', 'done') THEN c ->> 'kind'
@@ -337,9 +370,9 @@ BEGIN
                    || CASE WHEN jsonb_typeof(c) = 'object' AND agentdb_private.known_class(c ->> 'class') IS NOT NULL
                            THEN jsonb_build_object('class', c ->> 'class') ELSE '{}'::jsonb END), '[]')
           INTO v_claims
-          FROM jsonb_array_elements(finalize_reply.claims) AS c;
-    ELSIF jsonb_typeof(finalize_reply.claims -> 'claims') = 'array'
-        AND finalize_reply.claims ->> 'patterns' = (
+          FROM jsonb_array_elements(finalize_core.claims) AS c;
+    ELSIF jsonb_typeof(finalize_core.claims -> 'claims') = 'array'
+        AND finalize_core.claims ->> 'patterns' = (
             SELECT r.fingerprint FROM agentdb_private.claim_rules AS r WHERE r.id = 1) THEN
         -- Detected by the runtime with the very patterns loaded here, which
         -- agree with this database's detector line by line (both take the
@@ -347,10 +380,10 @@ BEGIN
         -- as declared claims are: the runtime is the app. Shape still checked.
         v_source := 'runtime';
         -- The runtime's reading of the clauses, when it sent one.
-        v_clauses := CASE WHEN jsonb_typeof(finalize_reply.claims -> 'clauses') = 'array'
-                          THEN finalize_reply.claims -> 'clauses' END;
-        v_facts := CASE WHEN jsonb_typeof(finalize_reply.claims -> 'facts') = 'array'
-                        THEN finalize_reply.claims -> 'facts' END;
+        v_clauses := CASE WHEN jsonb_typeof(finalize_core.claims -> 'clauses') = 'array'
+                          THEN finalize_core.claims -> 'clauses' END;
+        v_facts := CASE WHEN jsonb_typeof(finalize_core.claims -> 'facts') = 'array'
+                        THEN finalize_core.claims -> 'facts' END;
         SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'kind', CASE WHEN c ->> 'kind' IN ('create', 'update', 'delete', 'done') THEN c ->> 'kind'
                                 ELSE 'done' END,
@@ -363,7 +396,7 @@ BEGIN
                    || CASE WHEN agentdb_private.known_class(c ->> 'class') IS NOT NULL
                            THEN jsonb_build_object('class', c ->> 'class') ELSE '{}'::jsonb END ORDER BY n), '[]')
           INTO v_claims
-          FROM jsonb_array_elements(finalize_reply.claims -> 'claims') WITH ORDINALITY AS x (c, n);
+          FROM jsonb_array_elements(finalize_core.claims -> 'claims') WITH ORDINALITY AS x (c, n);
         -- A runtime that sent claims without a reading of the clauses or the
         -- facts (an older one) is read here for what it did not send.
         IF v_clauses IS NULL OR v_facts IS NULL THEN
@@ -382,8 +415,8 @@ BEGIN
     END IF;
 
     v_claims_from := CASE v_source WHEN 'detected' THEN 'database' ELSE v_source END;
-    INSERT INTO agentdb_private.claims (task_id, kind, claim_text, span_start, span_end, tool, source, claim_class)
-    SELECT v_task.id, c ->> 'kind', c ->> 'text', (c ->> 'start')::int, (c ->> 'end')::int, c ->> 'tool', v_source,
+    INSERT INTO agentdb_private.claims (user_id, task_id, kind, claim_text, span_start, span_end, tool, source, claim_class)
+    SELECT v_task.user_id, v_task.id, c ->> 'kind', c ->> 'text', (c ->> 'start')::int, (c ->> 'end')::int, c ->> 'tool', v_source,
            c ->> 'class'
       FROM jsonb_array_elements(v_claims) AS c;
 
@@ -394,12 +427,13 @@ BEGIN
                               || jsonb_build_object('tool', c.c ->> 'tool') ORDER BY c.n), '[]')
       INTO v_pending
       FROM jsonb_array_elements(v_claims) WITH ORDINALITY AS c (c, n)
-     WHERE NOT agentdb_private.claim_is_backed_as(v_task.id, c.c ->> 'kind', c.c ->> 'class', c.c ->> 'tool');
+     WHERE NOT agentdb_private.claim_is_backed_as(v_task.user_id, v_task.id, c.c ->> 'kind', c.c ->> 'class',
+                                                  c.c ->> 'tool');
 
     -- The books decide first. A troubled task, and an empty one in an action
     -- turn, deliver only a reply recognised as acceptable for its state;
     -- otherwise (and in a clean task) the claims must all be backed.
-    v_books := agentdb_private.book_state(v_task.id);
+    v_books := agentdb_private.book_state(v_task.user_id, v_task.id);
     IF jsonb_array_length(v_pending) > 0 THEN
         v_reason := 'unbacked claim';
     ELSIF v_books.state = 'troubled' OR (v_books.state = 'empty' AND v_task.expects_action) THEN
@@ -412,7 +446,7 @@ BEGIN
     -- Another thing of a class ("…and your other reminders too") needs one
     -- more verified step or affected row of it.
     IF v_reason IS NULL AND v_books.state <> 'empty' AND v_clauses IS NOT NULL THEN
-        v_reason := agentdb_private.claims_outnumber(v_task.id, v_norm, v_clauses, v_claims);
+        v_reason := agentdb_private.claims_outnumber(v_task.user_id, v_task.id, v_norm, v_clauses, v_claims);
     END IF;
     IF v_reason IS NULL AND v_books.state <> 'empty' AND v_clauses IS NOT NULL THEN
         v_reason := agentdb_private.facts_mismatch(v_task, v_norm, v_clauses, v_facts, v_claims,
@@ -436,13 +470,24 @@ BEGIN
             jsonb_build_object('model_text', left(model_text, 100000), 'claims', v_claims, 'pending', v_pending,
                                'claims_from', v_claims_from, 'book_state', v_books.state, 'reason', v_reason));
     -- Either text shows this task's draft summaries: they now count as seen.
-    PERFORM agentdb_private.mark_shown(v_task.id);
+    PERFORM agentdb_private.mark_shown(v_task.user_id, v_task.id);
 
     RETURN jsonb_build_object('verdict', v_verdict, 'text', v_text, 'pending', v_pending, 'claims', v_claims,
                               'claims_from', v_claims_from, 'book_state', v_books.state)
         || CASE WHEN v_reason IS NULL THEN '{}' ELSE jsonb_build_object('reason', v_reason) END
         || CASE WHEN char_length(model_text) > agentdb_private.max_reply() AND v_verdict = 'deliver'
                 THEN '{"cut": true}'::jsonb ELSE '{}'::jsonb END;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION agentdb.finalize_reply(task uuid, model_text text, claims jsonb DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN agentdb_private.finalize_core(NULL, finalize_reply.task, finalize_reply.model_text, finalize_reply.claims);
 END
 $$;
 

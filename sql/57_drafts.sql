@@ -41,7 +41,13 @@ AS $$
 BEGIN
     refusal := NULL;
     IF p_ref ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
-        SELECT * INTO draft FROM agentdb_private.drafts AS d WHERE d.id = p_ref::uuid FOR UPDATE;
+        SELECT * INTO draft FROM agentdb_private.drafts AS d
+         WHERE d.user_id = p_task.user_id AND d.id = p_ref::uuid FOR UPDATE;
+        -- Another user's draft (read, not locked: on Citus it lives on another shard).
+        IF draft.id IS NULL AND EXISTS (SELECT 1 FROM agentdb_private.drafts AS d WHERE d.id = p_ref::uuid) THEN
+            refusal := 'draft_not_yours';
+            RETURN;
+        END IF;
     ELSIF trim(p_ref) ~ '^[0-9]{1,9}$' THEN
         SELECT * INTO draft FROM agentdb_private.drafts AS d
          WHERE d.user_id = p_task.user_id AND d.conversation_id = p_task.conversation_id
@@ -68,15 +74,17 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_draft agentdb_private.drafts;
+    v_ordinal integer;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('agentdb-draft|' || p_task.user_id || '|' || p_task.conversation_id, 0));
+    -- Read first (Citus takes no subquery in INSERT ... VALUES).
+    SELECT coalesce(max(d.ordinal), 0) + 1 INTO v_ordinal FROM agentdb_private.drafts AS d
+     WHERE d.user_id = p_task.user_id AND d.conversation_id = p_task.conversation_id;
     INSERT INTO agentdb_private.drafts (
         user_id, conversation_id, task_id, ordinal, tool, args, args_hash, expect_rows,
         summary_zh, summary_en, expires_at
     ) VALUES (
-        p_task.user_id, p_task.conversation_id, p_task.id,
-        (SELECT coalesce(max(d.ordinal), 0) + 1 FROM agentdb_private.drafts AS d
-          WHERE d.user_id = p_task.user_id AND d.conversation_id = p_task.conversation_id),
+        p_task.user_id, p_task.conversation_id, p_task.id, v_ordinal,
         p_tool.name, p_args, agentdb_private.args_hash(p_args), p_expect_rows,
         agentdb_private.summarize(p_tool, p_args, 'zh'), agentdb_private.summarize(p_tool, p_args, 'en'),
         clock_timestamp() + p_tool.confirm_ttl
@@ -92,13 +100,12 @@ $$;
 -- target: the call is checked by a dry run of the compiled tool that stops
 -- before the statement (arguments, duplicate, conflict), so no trigger of the
 -- target runs. Refusals are steps, as for invoke.
-CREATE OR REPLACE FUNCTION agentdb.propose(
-    task uuid, tool text, args jsonb, reason text DEFAULT NULL, expect_rows integer DEFAULT NULL
+-- p_user NULL: the task found by its id alone (the task-only entry point).
+CREATE OR REPLACE FUNCTION agentdb_private.propose_core(
+    p_user text, task uuid, tool text, args jsonb, reason text, expect_rows integer
 )
 RETURNS jsonb
 LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     s record;
@@ -108,21 +115,21 @@ DECLARE
     v_lang text;
     v_summary text;
 BEGIN
-    s := agentdb_private.step_open(propose.task, NULL, true);
-    SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = propose.tool;
-    v_dry := coalesce(s.refusal, agentdb_private.step_gate(s.task, propose.tool, v_tool, NULL, true));
+    s := agentdb_private.step_open(p_user, propose_core.task, NULL, true);
+    SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = propose_core.tool;
+    v_dry := coalesce(s.refusal, agentdb_private.step_gate(s.task, propose_core.tool, v_tool, NULL, true));
     IF v_dry IS NULL THEN
-        v_dry := agentdb_private.step_run(v_tool, s.task, propose.args, propose.expect_rows, NULL, NULL, true);
+        v_dry := agentdb_private.step_run(v_tool, s.task, propose_core.args, propose_core.expect_rows, NULL, NULL, true);
         IF v_dry ->> 'outcome' = 'success' THEN
             v_dry := NULL;
         END IF;
     END IF;
     IF v_dry IS NOT NULL THEN
-        RETURN agentdb_private.record_step(s.task, s.seq, left(propose.tool, 200), v_tool, propose.args,
-                                           propose.reason, NULL, s.started, v_dry);
+        RETURN agentdb_private.record_step(s.task, s.seq, left(propose_core.tool, 200), v_tool, propose_core.args,
+                                           propose_core.reason, NULL, s.started, v_dry);
     END IF;
 
-    v_draft := agentdb_private.store_draft(s.task, v_tool, propose.args, propose.expect_rows);
+    v_draft := agentdb_private.store_draft(s.task, v_tool, propose_core.args, propose_core.expect_rows);
     v_lang := (s.task).lang;
     v_summary := CASE WHEN v_lang = 'en' THEN v_draft.summary_en ELSE v_draft.summary_zh END;
     RETURN jsonb_build_object(
@@ -140,10 +147,25 @@ BEGIN
             jsonb_build_object('ordinal', v_draft.ordinal)));
 END
 $$;
+CREATE OR REPLACE FUNCTION agentdb.propose(
+    task uuid, tool text, args jsonb, reason text DEFAULT NULL, expect_rows integer DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN agentdb_private.propose_core(NULL, propose.task, propose.tool, propose.args, propose.reason,
+                                        propose.expect_rows);
+END
+$$;
+
 
 -- Record that a task's delivered reply showed its drafts to the user. The gate
 -- calls this on delivery; runtimes without the gate may call it themselves.
-CREATE OR REPLACE FUNCTION agentdb_private.mark_shown(p_task uuid)
+DROP FUNCTION IF EXISTS agentdb_private.mark_shown(uuid);
+CREATE OR REPLACE FUNCTION agentdb_private.mark_shown(p_user text, p_task uuid)
 RETURNS integer
 LANGUAGE plpgsql
 -- No SET clause: called by finalize_reply and mark_drafts_shown, both with a
@@ -152,9 +174,10 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_count integer;
+    v_now timestamptz := clock_timestamp();  -- a value: Citus takes no VOLATILE call in an UPDATE
 BEGIN
-    UPDATE agentdb_private.drafts AS d SET shown_in_task = d.task_id, shown_at = clock_timestamp()
-     WHERE d.task_id = p_task AND d.status = 'proposed' AND d.shown_in_task IS NULL;
+    UPDATE agentdb_private.drafts AS d SET shown_in_task = d.task_id, shown_at = v_now
+     WHERE d.user_id = p_user AND d.task_id = p_task AND d.status = 'proposed' AND d.shown_in_task IS NULL;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END
@@ -167,7 +190,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN agentdb_private.mark_shown(mark_drafts_shown.task);
+    RETURN agentdb_private.mark_shown(
+        (SELECT t.user_id FROM agentdb_private.tasks AS t WHERE t.id = mark_drafts_shown.task), mark_drafts_shown.task);
 END
 $$;
 
@@ -177,9 +201,12 @@ CREATE OR REPLACE FUNCTION agentdb_private.draft_refusal(
     p_task agentdb_private.tasks, p_draft agentdb_private.drafts, p_tool agentdb_private.tools
 )
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT CASE
+BEGIN
+    -- PL/pgSQL, every read by the user: on Citus a query in an SQL function
+    -- with parameters is not routed to the user's shard.
+    RETURN CASE
         WHEN p_draft.status IN ('confirmed', 'failed') THEN 'draft_used'
         WHEN p_draft.status = 'superseded' THEN 'draft_superseded'
         WHEN p_draft.status = 'rejected' THEN 'draft_rejected'
@@ -188,26 +215,27 @@ AS $$
         WHEN p_draft.shown_in_task IS NULL THEN 'draft_not_shown'
         -- The confirming message was written before the draft was shown to the user.
         WHEN p_draft.shown_at > p_task.created_at THEN 'draft_not_shown'
-        WHEN (SELECT t.created_at FROM agentdb_private.tasks AS t WHERE t.id = p_draft.shown_in_task)
+        WHEN (SELECT t.created_at FROM agentdb_private.tasks AS t
+               WHERE t.user_id = p_draft.user_id AND t.id = p_draft.shown_in_task)
              >= p_task.created_at THEN 'draft_same_turn'
         WHEN p_draft.args_hash <> agentdb_private.args_hash(p_draft.args) THEN 'draft_tampered'
         -- A step under this draft's call_id that confirm did not make (the draft is still
         -- proposed) was planted, e.g. by run_sql: confirm would replay it as the draft's write.
         WHEN EXISTS (SELECT 1 FROM agentdb_private.steps AS s
-                      WHERE s.task_id = p_task.id AND s.call_id = 'draft:' || p_draft.id::text)
+                      WHERE s.user_id = p_task.user_id AND s.task_id = p_task.id
+                        AND s.call_id = 'draft:' || p_draft.id::text)
             THEN 'draft_tampered'
         WHEN p_tool.name IS NULL THEN 'unknown_tool'
-    END
+    END;
+END
 $$;
 
 -- Confirm a draft: run it once, through the same guarded call as invoke
 -- (invoke_core, call_id 'draft:<id>'), only if every condition of the
 -- boundary holds. Each refusal is a step with its own reason and honest message.
-CREATE OR REPLACE FUNCTION agentdb.confirm(task uuid, draft_ref text)
+CREATE OR REPLACE FUNCTION agentdb_private.confirm_core(p_user text, task uuid, draft_ref text)
 RETURNS jsonb
 LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     s record;
@@ -217,8 +245,10 @@ DECLARE
     v_found record;
     v_receipt jsonb;
     v_ref jsonb := jsonb_build_object('draft', left(draft_ref, 200));
+    -- A value, not a call: on Citus an UPDATE takes no VOLATILE function.
+    v_now timestamptz := clock_timestamp();
 BEGIN
-    s := agentdb_private.step_open(confirm.task, NULL, true);
+    s := agentdb_private.step_open(p_user, confirm_core.task, NULL, true);
     IF s.refusal IS NOT NULL THEN
         RETURN agentdb_private.record_step(s.task, s.seq, NULL, NULL, v_ref, 'confirm', NULL, s.started, s.refusal);
     END IF;
@@ -228,13 +258,14 @@ BEGIN
         SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = v_draft.tool;
         -- A repeated confirm in the same task returns the first receipt (no double write).
         IF v_draft.status = 'confirmed' AND v_draft.closed_in_task = (s.task).id THEN
-            RETURN agentdb_private.invoke_core((s.task).id, v_draft.tool, v_draft.args, 'draft:' || v_draft.id,
+            RETURN agentdb_private.invoke_core((s.task).user_id, (s.task).id, v_draft.tool, v_draft.args, 'draft:' || v_draft.id,
                 NULL, v_draft.expect_rows, NULL, true);
         END IF;
     END IF;
     v_refusal := to_jsonb(coalesce(v_found.refusal, agentdb_private.draft_refusal(s.task, v_draft, v_tool)));
     IF v_refusal #>> '{}' = 'draft_expired' AND v_draft.status = 'proposed' THEN
-        UPDATE agentdb_private.drafts AS d SET status = 'expired', closed_at = clock_timestamp() WHERE d.id = v_draft.id;
+        UPDATE agentdb_private.drafts AS d SET status = 'expired', closed_at = v_now
+         WHERE d.user_id = v_draft.user_id AND d.id = v_draft.id;
     END IF;
     IF v_refusal IS NOT NULL THEN
         RETURN agentdb_private.record_step(s.task, s.seq, coalesce(v_draft.tool, 'confirm'), v_tool, v_ref, 'confirm',
@@ -242,19 +273,31 @@ BEGIN
                 format('draft %s: %s', left(draft_ref, 200), v_refusal #>> '{}'),
                 jsonb_build_object('ordinal', v_draft.ordinal) || CASE WHEN v_refusal #>> '{}' = 'draft_superseded'
                     THEN jsonb_build_object('new_ordinal', (SELECT d.ordinal FROM agentdb_private.drafts AS d
-                                                             WHERE d.id = v_draft.superseded_by)) ELSE '{}' END));
+                                                             WHERE d.user_id = v_draft.user_id
+                                                               AND d.id = v_draft.superseded_by)) ELSE '{}' END));
     END IF;
 
-    v_receipt := agentdb_private.invoke_core((s.task).id, v_draft.tool, v_draft.args, 'draft:' || v_draft.id,
+    v_receipt := agentdb_private.invoke_core((s.task).user_id, (s.task).id, v_draft.tool, v_draft.args, 'draft:' || v_draft.id,
         format('confirmed draft %s', v_draft.ordinal), v_draft.expect_rows, NULL, true);
     UPDATE agentdb_private.drafts AS d
        SET status = CASE WHEN v_receipt ->> 'outcome' = 'success' THEN 'confirmed' ELSE 'failed' END,
-           closed_in_task = (s.task).id, closed_at = clock_timestamp(),
+           closed_in_task = (s.task).id, closed_at = v_now,
            step_id = (v_receipt ->> 'step_id')::bigint
-     WHERE d.id = v_draft.id;
+     WHERE d.user_id = v_draft.user_id AND d.id = v_draft.id;
     RETURN v_receipt || jsonb_build_object('draft_id', v_draft.id, 'ordinal', v_draft.ordinal);
 END
 $$;
+CREATE OR REPLACE FUNCTION agentdb.confirm(task uuid, draft_ref text)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN agentdb_private.confirm_core(NULL, confirm.task, confirm.draft_ref);
+END
+$$;
+
 
 -- "改到周五再确认": a revision supersedes the draft with a new one (new ordinal).
 CREATE OR REPLACE FUNCTION agentdb.revise(task uuid, draft_ref text, args jsonb, reason text DEFAULT NULL)

@@ -198,7 +198,7 @@ BEGIN
     VALUES (v_action.user_id, v_action.conversation_id, format('approved action %s', v_action.id), true,
             coalesce(v_lang, 'zh'))
     RETURNING id INTO v_exec;
-    v_receipt := agentdb_private.invoke_core(v_exec, v_action.tool, coalesce(v_action.approved_args, v_action.args),
+    v_receipt := agentdb_private.invoke_core(v_action.user_id, v_exec, v_action.tool, coalesce(v_action.approved_args, v_action.args),
         'action:' || v_action.id, format('approved by %s', v_action.approver), v_action.expect_rows, NULL, true);
     UPDATE agentdb_private.actions AS a
        SET status = CASE WHEN v_receipt ->> 'outcome' = 'success' THEN 'done' ELSE 'failed' END,

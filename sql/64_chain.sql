@@ -29,11 +29,18 @@ LANGUAGE sql IMMUTABLE
 AS $$ SELECT '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea $$;
 
 -- The bytes a row contributes to its link. Inlined where it is used (no SET
--- clause); callers pin TimeZone to UTC.
+-- clause); callers pin TimeZone to UTC. A user_id of '' ("no user", given by
+-- revision 0014 to rows that had NULL) is left out where NULL was hashed
+-- before: audit rows (a call that named no known task) and change-log rows
+-- chained before 0011 (chain_tenant NULL). So old links hold.
 CREATE OR REPLACE FUNCTION agentdb_private.chain_content(p_row jsonb)
 RETURNS bytea
 LANGUAGE sql STABLE
-AS $$ SELECT pg_catalog.convert_to(pg_catalog.jsonb_strip_nulls(p_row - 'hash')::text, 'UTF8') $$;
+AS $$
+    SELECT pg_catalog.convert_to(pg_catalog.jsonb_strip_nulls(
+        CASE WHEN p_row ->> 'user_id' = '' AND (p_row ? 'step_id' OR p_row ->> 'chain_tenant' IS NULL)
+             THEN p_row - ARRAY['hash', 'user_id'] ELSE p_row - 'hash' END)::text, 'UTF8')
+$$;
 
 CREATE OR REPLACE FUNCTION agentdb_private.chain_step(p_state bytea, p_content bytea)
 RETURNS bytea
@@ -81,12 +88,15 @@ BEGIN
         END IF;
         v_held := set_config('agentdb.chain_stripe', stripe || chr(31) || p_tenant, true);
     END IF;
+    -- The tenant is the rows' user_id too (revision 0014): on Citus, one shard.
     IF p_chain = 'audit' THEN
         SELECT a.chain_seq, a.hash INTO last_seq, last_hash FROM agentdb_private.audit AS a
-         WHERE a.chain_tenant = p_tenant AND a.chain_stripe = stripe ORDER BY a.chain_seq DESC LIMIT 1;
+         WHERE a.user_id = p_tenant AND a.chain_tenant = p_tenant AND a.chain_stripe = stripe
+         ORDER BY a.chain_seq DESC LIMIT 1;
     ELSE
         SELECT c.chain_seq, c.hash INTO last_seq, last_hash FROM agentdb_private.change_log AS c
-         WHERE c.chain_tenant = p_tenant AND c.chain_stripe = stripe ORDER BY c.chain_seq DESC LIMIT 1;
+         WHERE c.user_id = p_tenant AND c.chain_tenant = p_tenant AND c.chain_stripe = stripe
+         ORDER BY c.chain_seq DESC LIMIT 1;
     END IF;
     last_seq := coalesce(last_seq, 0);
     last_hash := coalesce(last_hash, agentdb_private.chain_genesis());
@@ -94,7 +104,9 @@ END
 $$;
 
 -- BEFORE INSERT on audit: link the new row into its tenant's chain. The tenant
--- is the row's user, else its task's user, else '' (a call naming no known task).
+-- is the row's user, else its task's user, else '' (a call naming no known task);
+-- the row's user_id is set to it (the entry points give it: the task lookup
+-- by id alone is for inserts that do not, and on Citus would leave the shard).
 CREATE OR REPLACE FUNCTION agentdb_private.chain_audit()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -104,8 +116,10 @@ AS $$
 DECLARE
     v_tail record;
 BEGIN
-    NEW.chain_tenant := coalesce(NEW.user_id,
-        (SELECT t.user_id FROM agentdb_private.tasks AS t WHERE t.id = NEW.task_id), '');
+    IF NEW.user_id IS NULL THEN
+        NEW.user_id := coalesce((SELECT t.user_id FROM agentdb_private.tasks AS t WHERE t.id = NEW.task_id), '');
+    END IF;
+    NEW.chain_tenant := NEW.user_id;
     v_tail := agentdb_private.chain_claim('audit', NEW.chain_tenant);
     NEW.chain_stripe := v_tail.stripe;
     NEW.chain_seq := v_tail.last_seq + 1;
@@ -144,6 +158,8 @@ BEGIN
         RAISE EXCEPTION 'no chain named %', coalesce(verify_chain.chain, 'NULL')
             USING HINT = 'The chains are audit and change.', ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- The anchor's part only when there is an anchor: on Citus a correlated
+    -- subquery next to jsonb_each() cannot be planned (docs/scaling.md).
     RETURN QUERY EXECUTE format($q$
         WITH links AS (
             SELECT r.id, r.chain_seq, r.hash,
@@ -164,6 +180,9 @@ BEGIN
           FROM %1$s AS r
          WHERE r.chain_seq IS NULL
            AND r.id > (SELECT min(c.id) FROM %1$s AS c WHERE c.chain_seq IS NOT NULL)
+        %3$s
+         ORDER BY 1
+    $q$, v_table, verify_chain.chain, CASE WHEN verify_chain.anchor IS NOT NULL THEN format($a$
         UNION ALL
         SELECT (t.value ->> 'id')::bigint, 'anchor_missing'
           FROM jsonb_each(coalesce($1 -> %2$L, '{}')) AS t
@@ -174,9 +193,8 @@ BEGIN
                   AND r.chain_stripe = split_part(t.key, ':', 1)::integer
                   AND r.chain_seq = (t.value ->> 'seq')::bigint
                   AND r.id = (t.value ->> 'id')::bigint
-                  AND encode(r.hash, 'hex') = t.value ->> 'hash')
-         ORDER BY 1
-    $q$, v_table, verify_chain.chain) USING verify_chain.anchor;
+                  AND encode(r.hash, 'hex') = t.value ->> 'hash')$a$, v_table, verify_chain.chain) ELSE '' END)
+    USING verify_chain.anchor;
 END
 $$;
 
@@ -209,10 +227,12 @@ AS $$
             FROM agentdb_private.chain_stripes AS s
            CROSS JOIN LATERAL (
                  SELECT a.id, a.chain_seq AS seq, a.hash FROM agentdb_private.audit AS a
-                  WHERE p_chain = 'audit' AND a.chain_tenant = s.tenant AND a.chain_stripe = s.stripe
+                  WHERE p_chain = 'audit' AND a.user_id = s.tenant AND a.chain_tenant = s.tenant
+                    AND a.chain_stripe = s.stripe
                  UNION ALL
                  SELECT c.id, c.chain_seq, c.hash FROM agentdb_private.change_log AS c
-                  WHERE p_chain = 'change' AND c.chain_tenant = s.tenant AND c.chain_stripe = s.stripe
+                  WHERE p_chain = 'change' AND c.user_id = s.tenant AND c.chain_tenant = s.tenant
+                    AND c.chain_stripe = s.stripe
                   ORDER BY 2 DESC LIMIT 1) AS t
           UNION ALL
           (SELECT DISTINCT ON (a.chain_stripe) a.chain_stripe::text, a.id, a.chain_seq, a.hash

@@ -121,8 +121,12 @@ SELECT
     count(s.id) FILTER (WHERE s.outcome = 'success' AND s.verified) AS verified_steps,
     count(s.id) FILTER (WHERE NOT (s.outcome = 'success' AND s.verified)) AS failed_steps
 FROM agentdb_private.tasks AS t
-LEFT JOIN agentdb_private.steps AS s ON t.id = s.task_id
-GROUP BY t.user_id, t.id;
+LEFT JOIN agentdb_private.steps AS s ON t.user_id = s.user_id AND t.id = s.task_id
+-- Every column named (not the key's functional dependency): the view then
+-- does not hold on the tasks' primary key, which revision 0014 replaced.
+GROUP BY
+    t.user_id, t.id, t.conversation_id, t.goal, t.authenticated, t.status, t.replans, t.closed_at,
+    t.created_at, t.finished_at, t.settled_by;
 
 CREATE OR REPLACE VIEW agentdb.v_steps AS
 SELECT

@@ -31,7 +31,13 @@ def test_check_reports_refusal_and_problems(capsys, db, dsn):
     code, out, _ = run(capsys, "distribute", "--check", "--json", "--dsn", dsn)
     doc = json.loads(out)
     assert code == 1 and doc["ready"] is False and doc["citus"] is None
-    assert doc["problems"] == distribute.readiness(db)
+    assert doc["problems"] == distribute.readiness(db) == []  # revision 0014: the tables are ready
+    assert doc["undelegated"] == distribute.undelegated(db)
+
+
+def test_the_tenant_keys_are_in_place(db):
+    """Revision 0014: every tenant table's keys lead with user_id; nothing is left to fix."""
+    assert distribute.readiness(db) == []
 
 
 def test_readiness_finds_a_key_without_the_tenant(db):
@@ -45,14 +51,17 @@ def test_readiness_finds_a_key_without_the_tenant(db):
     assert distribute.readiness(db) == before
 
 
-def test_readiness_finds_an_entry_point_without_a_tenant_form(db):
+def test_an_entry_point_without_a_tenant_form_is_named(db):
     db.execute("CREATE FUNCTION agentdb.peek(task uuid) RETURNS int LANGUAGE sql AS 'SELECT 1'")
     db.execute("GRANT EXECUTE ON FUNCTION agentdb.peek(uuid) TO agentdb_app")
-    problem = ("agentdb.peek(uuid) has no form taking user_id first, so it cannot be delegated to "
-               "the worker that holds the user")
-    assert problem in distribute.readiness(db)
-    db.execute("CREATE FUNCTION agentdb.peek(user_id text, task uuid) RETURNS int LANGUAGE sql AS 'SELECT 1'")
-    assert problem not in distribute.readiness(db)
+    assert "agentdb.peek(uuid)" in distribute.undelegated(db)
+    db.execute("CREATE FUNCTION agentdb.peek_for(user_id text, task uuid) RETURNS int"
+               " LANGUAGE sql AS 'SELECT 1'")
+    assert "agentdb.peek(uuid)" not in distribute.undelegated(db)
+    # The delegated calls have theirs.
+    assert not [s for s in distribute.undelegated(db)
+                if s.split("(")[0] in ("agentdb.invoke", "agentdb.finalize_reply", "agentdb.finish_task",
+                                       "agentdb.propose", "agentdb.confirm", "agentdb.report")]
 
 
 def test_business_table_checks(db):

@@ -115,8 +115,8 @@ def test_an_unchained_row_after_the_chain_began_is_reported(reminders):
     workload(reminders)
     with reminders.transaction():
         reminders.execute("SET LOCAL session_replication_role = replica")
-        forged = scalar(reminders, """INSERT INTO agentdb_private.audit (status, outcome, detail)
-                                      VALUES ('SUCCESS', 'success', 'forged') RETURNING id""")
+        forged = scalar(reminders, """INSERT INTO agentdb_private.audit (user_id, status, outcome, detail)
+                                      VALUES ('', 'SUCCESS', 'success', 'forged') RETURNING id""")
     assert breaks(reminders, "audit") == [(forged, "not_chained")]
 
 

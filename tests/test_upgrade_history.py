@@ -42,6 +42,10 @@ DERIVED = ("agentdb_private.claim_langs", "agentdb_private.claim_rules", "agentd
 # Columns an install rewrites on rows it keeps: every install recompiles each tool (sql/95_compile.sql),
 # so when and from what its function was generated is the install's, not the user's data.
 DERIVED_COLUMNS = {"agentdb_private.tools": ("compiled_at", "compiled_sig", "stale_reason")}
+# Tables a revision drops by design: the lock rows of the global chain stripes, unused since 0011 (0014).
+DROPPED = ("agentdb_private.chain_heads",)
+# Tables where revision 0014 gives rows of no user '' where they had NULL (Citus needs a value).
+NO_USER = ("agentdb_private.audit", "agentdb_private.change_log")
 
 
 def _git(*args: str) -> str | None:
@@ -248,12 +252,17 @@ def _tables(conn) -> list[str]:
         SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class AS c
           JOIN pg_namespace AS n ON n.oid = c.relnamespace
          WHERE n.nspname IN ('agentdb_private', 'public') AND c.relkind IN ('r', 'p')
-           AND c.relname NOT LIKE 'agentdb\\_alembic%%' ORDER BY 1""") if r[0] not in DERIVED]
+           AND c.relname NOT LIKE 'agentdb\\_alembic%%' ORDER BY 1""") if r[0] not in DERIVED + DROPPED]
 
 
 def _rows(conn) -> dict[str, list]:
-    return {table: _one(conn, f"SELECT coalesce(jsonb_agg(to_jsonb(x) - %s::text[]), '[]') FROM {table} AS x",
-                        (list(DERIVED_COLUMNS.get(table, ())),))
+    def row(table: str) -> str:
+        if table in NO_USER:
+            return """CASE WHEN to_jsonb(x) -> 'user_id' = 'null' THEN to_jsonb(x) || '{"user_id": ""}'
+                           ELSE to_jsonb(x) END"""
+        return "to_jsonb(x)"
+    return {table: _one(conn, f"SELECT coalesce(jsonb_agg({row(table)} - %s::text[]), '[]')"
+                              f" FROM {table} AS x", (list(DERIVED_COLUMNS.get(table, ())),))
             for table in _tables(conn)}
 
 

@@ -10,9 +10,8 @@ a superuser on every node (it creates databases and terminates backends).
 PYAGENTDB_CITUS_DIST_DSN may name a database the suite prepared before (installed,
 distributed, with its tables and tools), to skip the preparation.
 
-Tests that need the tenant-first entry points and per-user keys are expected to fail
-(strict xfail) while the installed schema is not ready (`pyagentdb distribute --check` lists
-why): they then run and must pass as soon as it is.
+Every call goes through the tenant-first entry points (user_id first), as a user of Citus
+makes it: each is one statement, delegated to the worker that holds the user.
 """
 
 from __future__ import annotations
@@ -182,32 +181,6 @@ def _cluster() -> Cluster:
     return Cluster(coordinator, workers, info.get("user", "postgres"), info.get("password", ""))
 
 
-@cache
-def readiness_problems() -> tuple[str, ...]:
-    """What keeps the package's schema from being distributed as is (installed on a scratch
-    database of the cluster, not distributed)."""
-    cluster = _cluster()
-    name = f"pyagentdb_ready_{os.getpid()}"
-    dsn = cluster.create_database(name)
-    try:
-        install.upgrade(dsn)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            return tuple(distribute.readiness(conn))
-    finally:
-        cluster.drop(name)
-
-
-def tenant_path(test):
-    """Mark a test that needs the tenant-first entry points: a strict xfail while they are missing."""
-    if not CITUS_DSN:
-        return test
-    problems = readiness_problems()
-    if not problems:
-        return test
-    reason = f"schema not distributable yet ({len(problems)} problems, first: {problems[0]})"
-    return pytest.mark.xfail(strict=True, reason=reason)(test)
-
-
 @pytest.fixture(scope="session")
 def cluster():
     c = _cluster()
@@ -228,9 +201,7 @@ def dist(cluster) -> str:
     install.upgrade(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(REMINDERS_SQL)
-    ready = not readiness_problems()
-    distribute.distribute(dsn, ["public.reminders:user_id", "public.held:user_id"],
-                          prepare_keys=not ready, force=not ready)
+    distribute.distribute(dsn, ["public.reminders:user_id", "public.held:user_id"])
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET citus.enable_unsafe_triggers TO on")
         conn.execute(TOOLS_SQL)
@@ -274,11 +245,13 @@ def begin(conn, user: str, conversation: str = "c1", *, authenticated: bool = Tr
 
 
 def call(conn, function: str, user: str, task, *args, **named):
-    """agentdb.<function>(user_id => user, task => task, <named>...) — the tenant-first form."""
+    """agentdb.<function>_for(user_id => user, task => task, <named>...) — the tenant-first
+    form (begin_task and the permission calls take user_id first under their own name)."""
     params = [("user_id", user), ("task", task)]
     params += [(k, Jsonb(v) if isinstance(v, dict | list) else v) for k, v in named.items()]
     placeholders = ", ".join(f"{k} => %s" for k, _ in params)
-    return conn.execute(f"SELECT agentdb.{function}({placeholders})", [v for _, v in params]).fetchone()[0]
+    query = f"SELECT agentdb.{function}_for({placeholders})"
+    return conn.execute(query, [v for _, v in params]).fetchone()[0]
 
 
 def invoke(conn, user: str, task, tool: str, args: dict, **named) -> dict:

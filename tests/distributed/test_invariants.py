@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from .conftest import FAR, begin, call, invoke, tenant_path
+from .conftest import FAR, begin, call, invoke
 from .reconcile import reconcile
 from .test_distribute import remote_commands
 
@@ -56,7 +56,6 @@ def reset_statements(cluster, dbname: str) -> str | None:
     return None
 
 
-@tenant_path
 def test_each_call_touches_one_worker(cluster, dist, db):
     """From the coordinator one command, to the user's worker; on the other worker nothing ran."""
     dbname = dbname_of(dist)
@@ -70,13 +69,13 @@ def test_each_call_touches_one_worker(cluster, dist, db):
     receipt, sent = remote_commands(db, invoke, db, user, task, "add_reminder",
                                     {"content": "one worker", "remind_at": FAR})
     assert receipt["outcome"] == "success"
-    assert len(sent) == 1 and "agentdb.invoke" in sent[0][0] and f":{home.port} " in sent[0][1] + " ", sent
+    assert len(sent) == 1 and "agentdb.invoke_for" in sent[0][0], sent
+    assert f":{home.port} " in sent[0][1] + " ", sent
     assert statements_on(cluster, other, dbname) == []
     ran_home = statements_on(cluster, home, dbname)  # top-level statements: the delegated call
-    assert [(q.split("(")[0], n) for q, n in ran_home] == [("SELECT agentdb.invoke", 1)], ran_home
+    assert [(q.split("(")[0], n) for q, n in ran_home] == [("SELECT agentdb.invoke_for", 1)], ran_home
 
 
-@tenant_path
 def test_worker_killed_mid_call_leaves_no_partial_write(cluster, dist, db):
     """The call is held after its write (a trigger waits on a lock the test holds), then the
     worker process running it is killed: no row, no step, no audit row; the next call works."""
@@ -121,14 +120,15 @@ def test_worker_killed_mid_call_leaves_no_partial_write(cluster, dist, db):
     assert after["outcome"] == "success" and after["seq"] == 1
 
 
-@tenant_path
 def test_tenants_on_different_workers_do_not_wait_on_each_other(cluster, dist, db):
     """User A's call runs in a transaction left open (every lock it takes is held); user B on
-    the other worker completes meanwhile. B has a lock timeout: waiting on A would fail it."""
+    the other worker, and user C on A's own worker, complete meanwhile. They have a lock
+    timeout: waiting on A would fail them."""
     dbname = dbname_of(dist)
     a = fresh_user(db, cluster, dbname)
     b = fresh_user(db, cluster, dbname, avoid=cluster.worker_of(dbname, a))
-    ta, tb = begin(db, a), begin(db, b)
+    c = fresh_user(db, cluster, dbname, on=cluster.worker_of(dbname, a))
+    ta, tb, tc = begin(db, a), begin(db, b), begin(db, c)
     with psycopg.connect(dist) as held:
         held.execute("SELECT 1")
         r = invoke(held, a, ta, "add_reminder", {"content": "A holds", "remind_at": FAR})
@@ -140,13 +140,14 @@ def test_tenants_on_different_workers_do_not_wait_on_each_other(cluster, dist, d
                 assert rb["outcome"] == "success", rb
             verdict = call(free, "finalize_reply", b, tb, model_text="I've set 3 reminders.")
             assert verdict["verdict"] == "deliver"
+            rc = invoke(free, c, tc, "add_reminder", {"content": "C, next to A", "remind_at": FAR})
+            assert rc["outcome"] == "success", rc
         held.commit()
-    both = db.execute("SELECT count(*) FROM public.reminders WHERE user_id = ANY (%s)",
-                      ([a, b],)).fetchone()[0]
-    assert both == 4
+    mine = db.execute("SELECT count(*) FROM public.reminders WHERE user_id = ANY (%s)",
+                      ([a, b, c],)).fetchone()[0]
+    assert mine == 5
 
 
-@tenant_path
 def test_books_reconcile_exactly_after_concurrent_work(cluster, dist, db):
     dbname = dbname_of(dist)
     users = [fresh_user(db, cluster, dbname) for _ in range(6)]

@@ -2,7 +2,7 @@
 
 The same contract as tests/test_invoke_outcomes.py, test_gate.py, test_drafts.py and
 test_ledger_*.py, through the tenant-first entry points a Citus deployment calls
-(`agentdb.invoke(user_id => ..., task => ..., ...)`), each a single delegated statement.
+(`agentdb.invoke_for(user_id => ..., task => ..., ...)`), each a single delegated statement.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from .conftest import FAR, begin, call, invoke, tenant_path
+from .conftest import FAR, begin, call, invoke
 
 
 def rows_of(db, user: str) -> list[dict]:
@@ -28,7 +28,6 @@ def evidence(db, user: str, task) -> tuple[list, list]:
     return steps, audit
 
 
-@tenant_path
 def test_insert_is_verified_with_its_step_and_audit_row(db, user):
     task = begin(db, user)
     r = invoke(db, user, task, "add_reminder", {"content": "water the plants", "remind_at": FAR})
@@ -38,7 +37,6 @@ def test_insert_is_verified_with_its_step_and_audit_row(db, user):
     assert evidence(db, user, task) == ([(1, "success", None, True)], [("SUCCESS", "success", None)])
 
 
-@tenant_path
 def test_refusals_write_nothing_but_their_evidence(db, user):
     stranger = f"nobody-{uuid.uuid4().hex[:8]}"  # no permission
     task = begin(db, stranger)
@@ -56,7 +54,6 @@ def test_refusals_write_nothing_but_their_evidence(db, user):
                                             [("REFUSED", "refused", "no_permission")])
 
 
-@tenant_path
 def test_another_users_task_reads_as_unknown(db, user):
     """The tenant argument routes the call: a task of someone else is not found, and audited."""
     other = f"u-{uuid.uuid4().hex[:10]}"
@@ -70,7 +67,6 @@ def test_another_users_task_reads_as_unknown(db, user):
                       " AND refusal = 'unknown_task'", (user, theirs)).fetchone()[0] == 1
 
 
-@tenant_path
 def test_duplicate_and_replay_are_not_created_twice(db, user):
     task = begin(db, user)
     args = {"content": "call mum", "remind_at": FAR}
@@ -83,7 +79,6 @@ def test_duplicate_and_replay_are_not_created_twice(db, user):
     assert [s[1] for s in evidence(db, user, task)[0]] == ["success", "duplicate"]
 
 
-@tenant_path
 def test_update_delete_and_stale_version(db, user):
     task = begin(db, user)
     made = invoke(db, user, task, "add_reminder", {"content": "v1", "remind_at": FAR})
@@ -97,7 +92,6 @@ def test_update_delete_and_stale_version(db, user):
     assert gone["outcome"] == "success" and gone["verified"] and rows_of(db, user) == []
 
 
-@tenant_path
 def test_bulk_update_with_the_wrong_count_changes_nothing(db, user):
     task = begin(db, user)
     for n in range(2):
@@ -111,7 +105,6 @@ def test_bulk_update_with_the_wrong_count_changes_nothing(db, user):
     assert ok["outcome"] == "success" and [x["done"] for x in rows_of(db, user)] == [True, True]
 
 
-@tenant_path
 def test_gate_delivers_a_backed_claim_and_replaces_an_unbacked_one(db, user):
     good = begin(db, user)
     invoke(db, user, good, "add_reminder", {"content": "dentist", "remind_at": FAR})
@@ -128,7 +121,6 @@ def test_gate_delivers_a_backed_claim_and_replaces_an_unbacked_one(db, user):
     assert call(db, "finish_task", user, good) == "success"
 
 
-@tenant_path
 def test_draft_is_confirmed_in_a_later_turn(db, user):
     first = begin(db, user, "drafts")
     draft = call(db, "propose", user, first, tool="book_reminder",
@@ -145,7 +137,6 @@ def test_draft_is_confirmed_in_a_later_turn(db, user):
     assert twice["refusal"] == "draft_used" and len(rows_of(db, user)) == 1
 
 
-@tenant_path
 def test_change_log_names_the_step_and_the_chain_holds(db, user):
     task = begin(db, user)
     r = invoke(db, user, task, "add_reminder", {"content": "logged", "remind_at": FAR})

@@ -130,12 +130,12 @@ VOLUME_SQL = """
 INSERT INTO agentdb_private.tasks (user_id, conversation_id, authenticated, status, created_at, closed_at)
 SELECT 'user' || (g % 3000), 'conv' || (g % 7000), true, 'success', now() - interval '1 day', now()
   FROM generate_series(1, 15000) AS g;
-INSERT INTO agentdb_private.steps (task_id, seq, tool, action, outcome, verified, receipt, started_at,
-                                   call_id)
-SELECT id, 1, 'add_reminder', 'insert', 'success', true, '{}', now(), 'c' FROM agentdb_private.tasks
+INSERT INTO agentdb_private.steps (user_id, task_id, seq, tool, action, outcome, verified, receipt,
+                                   started_at, call_id)
+SELECT user_id, id, 1, 'add_reminder', 'insert', 'success', true, '{}', now(), 'c' FROM agentdb_private.tasks
  WHERE user_id LIKE 'user%';
-INSERT INTO agentdb_private.claims (task_id, kind, source)
-SELECT id, 'create', 'declared' FROM agentdb_private.tasks WHERE user_id LIKE 'user%';
+INSERT INTO agentdb_private.claims (user_id, task_id, kind, source)
+SELECT user_id, id, 'create', 'declared' FROM agentdb_private.tasks WHERE user_id LIKE 'user%';
 INSERT INTO agentdb_private.replies (task_id, conversation_id, user_id, verdict, delivered_text)
 SELECT id, conversation_id, user_id, 'deliver', 'ok' FROM agentdb_private.tasks WHERE user_id LIKE 'user%';
 INSERT INTO agentdb_private.drafts (user_id, conversation_id, task_id, ordinal, tool, args, args_hash,
