@@ -359,13 +359,15 @@ BEGIN
             USING DETAIL = v_problem, ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    -- The document's other sections the gate reads on every reply, as a constant too.
+    -- The document's other sections the gate reads on every reply, and its
+    -- fingerprint, as a constant too.
     EXECUTE format(
         'CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_compiled() '
         'RETURNS jsonb LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
         format('SELECT %L::jsonb', jsonb_strip_nulls(jsonb_build_object(
             'normalise', p_doc -> 'normalise', 'accept', p_doc -> 'accept', 'needs', p_doc -> 'needs',
-            'classes', p_doc -> 'classes', 'facts', p_doc -> 'facts'))));
+            'classes', p_doc -> 'classes', 'facts', p_doc -> 'facts',
+            'fingerprint', encode(sha256(convert_to(p_doc::text, 'UTF8')), 'hex')))));
 
     -- And as a constant that detect_claims' cached plans hold (the function is
     -- inlined): reading the table on each call would cost more than the
@@ -570,20 +572,26 @@ BEGIN
                     CONTINUE WHEN v_rule.claim_guards[v_pi] IS NOT NULL
                         AND NOT v_subject LIKE ANY (string_to_array(v_rule.claim_guards[v_pi], E'\n'));
                     v_pattern := v_rule.claim_res[v_pi];
-                    CONTINUE WHEN NOT regexp_like(v_subject, v_pattern);
+                    -- The first match's start answers whether the kind matches at all.
+                    v_ms := regexp_instr(v_subject, v_pattern, 1, 1, 0);
+                    CONTINUE WHEN v_ms = 0;
                     IF v_excluded IS NULL THEN
                         v_excluded := v_rule.exclude_re IS NOT NULL AND regexp_like(v_subject, v_rule.exclude_re);
                     END IF;
                     EXIT WHEN v_excluded;
                     -- Matches one after another, each searched from where the last
                     -- ended, as Python's spans(); at most max_per_kind per clause.
+                    -- A match's end is searched from its start (the same match: the
+                    -- engine reads the whole string, wherever the search starts).
                     v_pos := 1;
                     v_tries := 0;
                     LOOP
                         EXIT WHEN v_tries >= v_cap OR v_pos > char_length(v_subject);
-                        v_ms := regexp_instr(v_subject, v_pattern, v_pos, 1, 0);
+                        IF v_tries > 0 THEN
+                            v_ms := regexp_instr(v_subject, v_pattern, v_pos, 1, 0);
+                        END IF;
                         EXIT WHEN v_ms = 0;
-                        v_me := regexp_instr(v_subject, v_pattern, v_pos, 1, 1);
+                        v_me := regexp_instr(v_subject, v_pattern, v_ms, 1, 1);
                         v_tries := v_tries + 1;
                         v_pos := CASE WHEN v_me > v_ms THEN v_me ELSE v_ms + 1 END;
                         CONTINUE WHEN v_me = v_ms OR v_taken && int4range(v_ms, v_me);
@@ -857,36 +865,19 @@ BEGIN
 END
 $$;
 
--- Is a claim backed by the task's steps? Only a step that succeeded AND was
--- verified with the matching effect backs it; "done" needs every step verified.
--- Steps refused because the task was already closed are not part of the work.
--- The one definition: finalize_reply calls it directly (it runs as the owner);
+-- Is a claim backed by the task's steps, by its kind? Only a step that
+-- succeeded AND was verified with the matching effect backs it; "done" needs
+-- every step verified (agentdb_private.books_back, the one definition).
 -- pending_claims' readers go through claim_backed below.
 DROP FUNCTION IF EXISTS agentdb_private.claim_is_backed(uuid, text, text);
 CREATE OR REPLACE FUNCTION agentdb_private.claim_is_backed(p_user text, p_task uuid, p_kind text, p_tool text)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
--- plpgsql keeps its plans for the session; an SQL function that cannot be
--- inlined is planned again in every statement that calls it (0.1 ms here).
--- No SET clause (it costs a configuration change per call): only its two
--- callers, both with a pinned search_path, may execute it.
+-- No SET clause (it costs a configuration change per call): only its caller,
+-- with a pinned search_path, may execute it.
 AS $$
 BEGIN
-    IF p_kind = 'done' THEN
-        RETURN coalesce((
-            SELECT bool_and(s.outcome = 'success' AND s.verified)
-              FROM agentdb_private.steps AS s
-             WHERE s.user_id = p_user AND s.task_id = p_task
-               AND s.refusal IS DISTINCT FROM 'closed'
-               AND (p_tool IS NULL OR s.tool = p_tool)), false);
-    END IF;
-    RETURN EXISTS (
-        SELECT 1 FROM agentdb_private.steps AS s
-         WHERE s.user_id = p_user AND s.task_id = p_task
-           AND s.outcome = 'success' AND s.verified
-           AND s.action = CASE p_kind
-               WHEN 'create' THEN 'insert' WHEN 'update' THEN 'update' WHEN 'delete' THEN 'delete' END
-           AND (p_tool IS NULL OR s.tool = p_tool));
+    RETURN agentdb_private.books_back(agentdb_private.task_books(p_user, p_task), p_kind, NULL, p_tool);
 END
 $$;
 

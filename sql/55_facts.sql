@@ -53,58 +53,67 @@ END
 $$;
 
 -- Claims with their class, as pyagentdb.claims.read_reply gives them: the
--- clause of each is the text from the claim's start to the next separator.
+-- clause of each is the text from the claim's start to the end of the clause
+-- that holds it (or to the claim's end).
 CREATE OR REPLACE FUNCTION agentdb_private.classify_claims(p_text text, p_claims jsonb, p_clauses jsonb)
 RETURNS jsonb
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by finalize_reply and agentdb.read_reply, both with a
+-- pinned search_path.
 AS $$
-    SELECT coalesce(jsonb_agg(c.c || jsonb_build_object('class', agentdb_private.claim_class(
-               c.c ->> 'lang',
-               substr(p_text, (c.c ->> 'start')::integer + 1,
-                      coalesce((SELECT (k ->> 'end')::integer FROM jsonb_array_elements(p_clauses) AS k
-                                 WHERE (k ->> 'start')::integer <= (c.c ->> 'start')::integer
-                                   AND (c.c ->> 'start')::integer < (k ->> 'end')::integer LIMIT 1),
-                               (c.c ->> 'end')::integer) - (c.c ->> 'start')::integer),
-               c.c ->> 'kind')) ORDER BY c.n), '[]')
-      FROM jsonb_array_elements(p_claims) WITH ORDINALITY AS c (c, n)
+DECLARE
+    v_claim jsonb;
+    v_start integer;
+    v_end integer;
+    v_out jsonb := '[]';
+BEGIN
+    FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
+        v_claim := p_claims -> v_ki;
+        v_start := (v_claim ->> 'start')::integer;
+        v_end := NULL;
+        FOR v_ci IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
+            IF (p_clauses -> v_ci ->> 'start')::integer <= v_start AND v_start < (p_clauses -> v_ci ->> 'end')::integer THEN
+                v_end := (p_clauses -> v_ci ->> 'end')::integer;
+                EXIT;
+            END IF;
+        END LOOP;
+        v_end := coalesce(v_end, (v_claim ->> 'end')::integer);
+        v_out := v_out || jsonb_build_array(v_claim || jsonb_build_object('class', agentdb_private.claim_class(
+            v_claim ->> 'lang', substr(p_text, v_start + 1, v_end - v_start), v_claim ->> 'kind')));
+    END LOOP;
+    RETURN v_out;
+END
 $$;
 
 -- Every class a tool's labels name (both lexicons on both labels), sorted.
 CREATE OR REPLACE FUNCTION agentdb_private.label_classes(p_label_en text, p_label_zh text)
 RETURNS text[]
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT coalesce(array_agg(DISTINCT e ->> 0 ORDER BY e ->> 0), '{}')
-      FROM unnest(ARRAY[p_label_en, p_label_zh]) AS lb (label)
-     CROSS JOIN unnest(agentdb_private.claim_langs_compiled()) AS l
-     CROSS JOIN LATERAL jsonb_array_elements(
-         coalesce(agentdb_private.claim_doc_compiled() -> 'classes' -> 'lexicon' -> l.lang, '[]')) AS e
-     WHERE lb.label IS NOT NULL
-       AND regexp_like(CASE WHEN l.flags = 'i'
-                            THEN translate(lb.label, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
-                            ELSE lb.label END, e ->> 1)
+BEGIN
+    -- plpgsql: the plan is kept for the session (an SQL function with a SET
+    -- clause is planned again on every call).
+    RETURN (SELECT coalesce(array_agg(DISTINCT e ->> 0 ORDER BY e ->> 0), '{}')
+              FROM unnest(ARRAY[p_label_en, p_label_zh]) AS lb (label)
+             CROSS JOIN unnest(agentdb_private.claim_langs_compiled()) AS l
+             CROSS JOIN LATERAL jsonb_array_elements(
+                 coalesce(agentdb_private.claim_doc_compiled() -> 'classes' -> 'lexicon' -> l.lang, '[]')) AS e
+             WHERE lb.label IS NOT NULL
+               AND regexp_like(CASE WHEN l.flags = 'i'
+                                    THEN translate(lb.label, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+                                    ELSE lb.label END, e ->> 1));
+END
 $$;
 
--- Do a tool's labels name this class (its lexicon entries, in both languages,
--- on both labels)? The same answer as p_class = ANY (label_classes(...)),
--- with the entries of one class only.
+-- Do a tool's labels name this class? Read from label_classes, the one
+-- definition.
 CREATE OR REPLACE FUNCTION agentdb_private.label_names_class(p_label_en text, p_label_zh text, p_class text)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT EXISTS (
-        SELECT 1
-          FROM unnest(ARRAY[p_label_en, p_label_zh]) AS lb (label)
-         CROSS JOIN unnest(agentdb_private.claim_langs_compiled()) AS l
-         CROSS JOIN LATERAL jsonb_array_elements(
-             coalesce(agentdb_private.claim_doc_compiled() -> 'classes' -> 'lexicon' -> l.lang, '[]')) AS e
-         WHERE lb.label IS NOT NULL AND e ->> 0 = p_class
-           AND regexp_like(CASE WHEN l.flags = 'i'
-                                THEN translate(lb.label, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
-                                ELSE lb.label END, e ->> 1))
+    SELECT p_class = ANY (agentdb_private.label_classes(p_label_en, p_label_zh))
 $$;
 
 -- The classes a verified step of this tool backs: those of its action, and
@@ -209,13 +218,18 @@ BEGIN
         FOREACH v_f IN ARRAY agentdb_private.fact_rules_compiled() LOOP
             CONTINUE WHEN v_f.lang <> v_rule.lang;
             CONTINUE WHEN v_f.any_of IS NOT NULL AND NOT v_subject LIKE ANY (v_f.any_of);
-            CONTINUE WHEN NOT regexp_like(v_subject, v_f.pattern);
+            -- The first match's start answers whether the rule matches at all; a
+            -- match's end is searched from its start (the same match).
+            v_ms := regexp_instr(v_subject, v_f.pattern, 1, 1, 0);
+            CONTINUE WHEN v_ms = 0;
             v_pos := 1;
             LOOP
                 EXIT WHEN v_pos > char_length(v_subject);
-                v_ms := regexp_instr(v_subject, v_f.pattern, v_pos, 1, 0);
+                IF v_pos > 1 THEN
+                    v_ms := regexp_instr(v_subject, v_f.pattern, v_pos, 1, 0);
+                END IF;
                 EXIT WHEN v_ms = 0;
-                v_me := regexp_instr(v_subject, v_f.pattern, v_pos, 1, 1);
+                v_me := regexp_instr(v_subject, v_f.pattern, v_ms, 1, 1);
                 v_pos := CASE WHEN v_me > v_ms THEN v_me ELSE v_ms + 1 END;
                 CONTINUE WHEN v_me = v_ms;
                 v_hit := false;
@@ -263,9 +277,7 @@ AS $$
      CROSS JOIN LATERAL unnest(agentdb_private.clause_facts(p_text, c.c, (c.n - 1)::integer)) WITH ORDINALITY AS f (f, n)
 $$;
 
--- How much of a class the task's verified steps did: the number of verified
--- steps of the task (of p_tool, when given) whose tool backs the class, or
--- their affected rows, whichever is more (a bulk update backs "all 5").
+-- How much of a class the task's verified steps did (books_capacity).
 DROP FUNCTION IF EXISTS agentdb_private.class_capacity(uuid, text, text);
 CREATE OR REPLACE FUNCTION agentdb_private.class_capacity(p_user text, p_task uuid, p_class text, p_tool text)
 RETURNS integer
@@ -273,41 +285,21 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- PL/pgSQL and read by the task's user: on Citus a query in an SQL
-    -- function with parameters is not routed to the user's shard.
-    -- The classes of the step's action and the tool's backs first: the labels'
-    -- classes (regex work) only for a tool that declares none.
-    RETURN (SELECT greatest(count(*), coalesce(sum(s.affected_rows), 0))::integer
-      FROM agentdb_private.steps AS s
-      LEFT JOIN agentdb_private.tools AS t ON t.name = s.tool
-     WHERE s.user_id = p_user AND s.task_id = p_task
-       AND s.outcome = 'success' AND s.verified
-       AND (p_tool IS NULL OR s.tool = p_tool)
-       AND (agentdb_private.claim_doc_compiled() -> 'classes' -> 'actions' -> s.action ? p_class
-            OR p_class = ANY (t.backs)
-            OR (t.backs IS NULL AND agentdb_private.label_names_class(t.label_en, t.label_zh, p_class))));
+    RETURN agentdb_private.books_capacity(agentdb_private.task_books(p_user, p_task), p_class, p_tool);
 END
 $$;
 
--- Is a claim backed by the task's steps, by its class? A claim of class done
--- needs every step verified (steps refused because the task was already
--- closed are not part of the work); any other class a verified step whose
--- classes (step_classes) hold it. A claim without a class (a declared one) is
--- read by its kind, as before. p_tool: only that tool's steps back it.
+-- Is a claim backed by the task's steps, by its class (books_back)?
 DROP FUNCTION IF EXISTS agentdb_private.claim_is_backed_as(uuid, text, text, text);
 CREATE OR REPLACE FUNCTION agentdb_private.claim_is_backed_as(
     p_user text, p_task uuid, p_kind text, p_class text, p_tool text
 )
 RETURNS boolean
 LANGUAGE plpgsql STABLE
--- No SET clause: only claim_backed_as and finalize_reply, both with a pinned
--- search_path, execute it.
+-- No SET clause: only claim_backed_as, with a pinned search_path, executes it.
 AS $$
 BEGIN
-    IF p_class IS NULL OR p_kind = 'done' AND p_class = 'done' THEN
-        RETURN agentdb_private.claim_is_backed(p_user, p_task, p_kind, p_tool);
-    END IF;
-    RETURN agentdb_private.class_capacity(p_user, p_task, p_class, p_tool) > 0;
+    RETURN agentdb_private.books_back(agentdb_private.task_books(p_user, p_task), p_kind, p_class, p_tool);
 END
 $$;
 
@@ -318,8 +310,9 @@ $$;
 -- class, or n affected rows. A restatement ("Cancelled. Status: cancelled")
 -- names nothing else and counts once.
 DROP FUNCTION IF EXISTS agentdb_private.claims_outnumber(uuid, text, jsonb, jsonb);
+DROP FUNCTION IF EXISTS agentdb_private.claims_outnumber(text, uuid, text, jsonb, jsonb);
 CREATE OR REPLACE FUNCTION agentdb_private.claims_outnumber(
-    p_user text, p_task uuid, p_text text, p_clauses jsonb, p_claims jsonb
+    p_books record, p_text text, p_clauses jsonb, p_claims jsonb
 )
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -329,8 +322,7 @@ DECLARE
     v_need jsonb := '{}';
     v_claim jsonb;
     v_class text;
-    v_ki integer;
-    v_ci integer;
+    v_more boolean := false;
 BEGIN
     FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
         v_claim := p_claims -> v_ki;
@@ -345,13 +337,17 @@ BEGIN
                 AND (v_claim ->> 'start')::integer < (p_clauses -> v_ci ->> 'end')::integer THEN
                 IF agentdb_private.clause_has(p_text, p_clauses -> v_ci, 'also') THEN
                     v_need := v_need || jsonb_build_object(v_class, (v_need ->> v_class)::integer + 1);
+                    v_more := true;
                 END IF;
                 EXIT;
             END IF;
         END LOOP;
     END LOOP;
+    IF NOT v_more THEN
+        RETURN NULL;
+    END IF;
     FOR v_class IN SELECT n.key FROM jsonb_each_text(v_need) AS n WHERE n.value::integer > 1 LOOP
-        IF agentdb_private.class_capacity(p_user, p_task, v_class, NULL) < (v_need ->> v_class)::integer THEN
+        IF agentdb_private.books_capacity(p_books, v_class, NULL) < (v_need ->> v_class)::integer THEN
             RETURN format('the reply claims %s actions of class %s; fewer were done', v_need ->> v_class, v_class);
         END IF;
     END LOOP;
@@ -387,63 +383,65 @@ $$;
 -- The values the task's verified steps wrote, as read back: every changed
 -- row's new and old values (the change log of the step), or the receipt's row
 -- where the table is not watched. Timestamps as (day offset from the task's
--- day, hour, minute) in the task's time zone; numbers; currency-like codes.
-CREATE OR REPLACE FUNCTION agentdb_private.written_values(p_task agentdb_private.tasks)
-RETURNS TABLE (day_offset integer, hh integer, mi integer, num numeric, code text)
+-- day, hour, minute) in the task's time zone, in three parallel arrays;
+-- numbers; currency-like codes (distinct). One statement, its plan kept;
+-- every table read by the task's user (on Citus routed to the user's shard;
+-- change-log rows are the owner's: a table without an owner column counts
+-- the receipt's row).
+DROP FUNCTION IF EXISTS agentdb_private.written_values(agentdb_private.tasks);
+CREATE OR REPLACE FUNCTION agentdb_private.written_values(
+    p_task agentdb_private.tasks,
+    OUT days integer[], OUT hhs integer[], OUT mis integer[], OUT nums numeric[], OUT codes text[]
+)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
+-- No SET clause: only facts_mismatch, under finalize_reply's pinned search_path, calls it.
 AS $$
+DECLARE
+    v_zone text := coalesce(p_task.time_zone, current_setting('TimeZone'));
 BEGIN
-    -- PL/pgSQL, every table read by the task's user: on Citus a query in an SQL
-    -- function with parameters is not routed, and change-log rows are the
-    -- owner's (a table without an owner column: the receipt's row counts).
-    RETURN QUERY
     WITH steps AS (
-        SELECT s.seq, s.receipt -> 'row' AS receipt_row, s.finished_at
+        SELECT s.seq, s.receipt -> 'row' AS receipt_row
           FROM agentdb_private.steps AS s
          WHERE s.user_id = p_task.user_id AND s.task_id = p_task.id AND s.outcome = 'success' AND s.verified
     ),
     rows_written AS (
         SELECT r.r FROM steps AS s
          CROSS JOIN LATERAL (
-             SELECT c.new_row AS r FROM agentdb_private.change_log AS c
-              WHERE c.user_id = p_task.user_id AND c.task_id = p_task.id AND c.seq = s.seq
-             UNION ALL
-             SELECT c.old_row FROM agentdb_private.change_log AS c
+             SELECT x.r FROM agentdb_private.change_log AS c
+              CROSS JOIN LATERAL unnest(ARRAY[c.new_row, c.old_row]) AS x (r)
               WHERE c.user_id = p_task.user_id AND c.task_id = p_task.id AND c.seq = s.seq
              UNION ALL
              SELECT s.receipt_row) AS r
          WHERE r.r IS NOT NULL AND jsonb_typeof(r.r) = 'object'
     ),
     vals AS (
-        SELECT v.value FROM rows_written AS w CROSS JOIN LATERAL jsonb_each(w.r) AS v
+        SELECT v.value, jsonb_typeof(v.value) AS t, v.value #>> '{}' AS s
+          FROM rows_written AS w CROSS JOIN LATERAL jsonb_each(w.r) AS v
     ),
     -- Strings told apart without regexes (the session's cache of compiled ones
     -- is kept for the claim patterns): a timestamp starts 9999-99-99T99:99.
     stamps AS (
-        SELECT (v.value #>> '{}')::timestamptz AT TIME ZONE coalesce(p_task.time_zone, current_setting('TimeZone')) AS t
+        SELECT v.s::timestamptz AT TIME ZONE v_zone AS t
           FROM vals AS v
-         WHERE jsonb_typeof(v.value) = 'string'
-           AND translate(left(v.value #>> '{}', 16), '0123456789', '9999999999')
-               IN ('9999-99-99T99:99', '9999-99-99 99:99')
+         WHERE v.t = 'string'
+           AND translate(left(v.s, 16), '0123456789', '9999999999') IN ('9999-99-99T99:99', '9999-99-99 99:99')
     )
-    SELECT (st.t::date - (p_task.created_at AT TIME ZONE coalesce(p_task.time_zone, current_setting('TimeZone')))::date),
-           extract(HOUR FROM st.t)::integer, extract(MINUTE FROM st.t)::integer, NULL::numeric, NULL::text
-      FROM stamps AS st
-    UNION ALL
-    SELECT NULL, NULL, NULL, (v.value #>> '{}')::numeric, NULL FROM vals AS v WHERE jsonb_typeof(v.value) = 'number'
-    UNION ALL
-    -- A number: 1 to 12 digits, then maybe a point and 1 to 4 digits.
-    SELECT NULL, NULL, NULL, (v.value #>> '{}')::numeric, NULL FROM vals AS v
-     WHERE jsonb_typeof(v.value) = 'string'
-       AND translate(v.value #>> '{}', '0123456789', '') IN ('', '.')
-       AND char_length(split_part(v.value #>> '{}', '.', 1)) BETWEEN 1 AND 12
-       AND (strpos(v.value #>> '{}', '.') = 0 OR char_length(split_part(v.value #>> '{}', '.', 2)) BETWEEN 1 AND 4)
-    UNION ALL
-    -- A currency-like code: three ASCII letters.
-    SELECT NULL, NULL, NULL, NULL, upper(v.value #>> '{}') FROM vals AS v
-     WHERE jsonb_typeof(v.value) = 'string' AND char_length(v.value #>> '{}') = 3
-       AND translate(v.value #>> '{}', 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz', '') = '';
+    SELECT st.days, st.hhs, st.mis, n.nums, c.codes
+      INTO days, hhs, mis, nums, codes
+      FROM (SELECT array_agg(st.t::date - (p_task.created_at AT TIME ZONE v_zone)::date) AS days,
+                   array_agg(extract(HOUR FROM st.t)::integer) AS hhs,
+                   array_agg(extract(MINUTE FROM st.t)::integer) AS mis
+              FROM stamps AS st) AS st,
+           -- A number, or a string of 1 to 12 digits, then maybe a point and 1 to 4 digits.
+           (SELECT array_agg(v.s::numeric) AS nums FROM vals AS v
+             WHERE v.t = 'number'
+                OR (v.t = 'string' AND translate(v.s, '0123456789', '') IN ('', '.')
+                    AND char_length(split_part(v.s, '.', 1)) BETWEEN 1 AND 12
+                    AND (strpos(v.s, '.') = 0 OR char_length(split_part(v.s, '.', 2)) BETWEEN 1 AND 4))) AS n,
+           -- A currency-like code: three ASCII letters.
+           (SELECT coalesce(array_agg(DISTINCT upper(v.s)), '{}') AS codes FROM vals AS v
+             WHERE v.t = 'string' AND char_length(v.s) = 3
+               AND translate(v.s, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz', '') = '') AS c;
 END
 $$;
 
@@ -459,12 +457,15 @@ $$;
 --   no am/pm may be 8 or 20);
 --   a day alone must be the day of a written time;
 --   a count must be the number of verified steps, their affected rows, or one
---   step's affected rows;
+--   step's affected rows (a number that names a thing, "court 3 booking", is
+--   no count);
 --   an amount must be a written number, in a written currency if the rows
 --   hold a currency code.
 DROP FUNCTION IF EXISTS agentdb_private.facts_mismatch(agentdb_private.tasks, jsonb, jsonb, jsonb, boolean);
+DROP FUNCTION IF EXISTS agentdb_private.facts_mismatch(agentdb_private.tasks, text, jsonb, jsonb, jsonb, boolean);
 CREATE OR REPLACE FUNCTION agentdb_private.facts_mismatch(
-    p_task agentdb_private.tasks, p_text text, p_clauses jsonb, p_facts jsonb, p_claims jsonb, p_only_claims boolean
+    p_task agentdb_private.tasks, p_books record, p_text text, p_clauses jsonb, p_facts jsonb, p_claims jsonb,
+    p_only_claims boolean
 )
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -497,6 +498,7 @@ DECLARE
     v_has_time boolean;
     v_two_days boolean;
     v_two_halves boolean;
+    v_written record;
 BEGIN
     IF p_facts IS NOT NULL AND (jsonb_typeof(p_facts) IS DISTINCT FROM 'array' OR jsonb_array_length(p_facts) = 0) THEN
         RETURN NULL;
@@ -521,8 +523,12 @@ BEGIN
         CONTINUE WHEN NOT v_claimed AND agentdb_private.clause_has(p_text, v_clause, 'nonstating');
         -- The runtime's reading of the facts, or this clause's read here.
         IF p_facts IS NOT NULL THEN
-            v_facts := (SELECT coalesce(jsonb_agg(f), '[]') FROM jsonb_array_elements(p_facts) AS f
-                         WHERE (f ->> 'clause')::integer = v_index);
+            v_facts := '[]';
+            FOR v_fi IN 0 .. jsonb_array_length(p_facts) - 1 LOOP
+                IF (p_facts -> v_fi ->> 'clause')::integer = v_index THEN
+                    v_facts := v_facts || jsonb_build_array(p_facts -> v_fi);
+                END IF;
+            END LOOP;
         ELSE
             v_facts := to_jsonb(agentdb_private.clause_facts(p_text, v_clause, v_index));
         END IF;
@@ -530,16 +536,13 @@ BEGIN
         -- What the verified steps wrote, read once, when the first fact needs it.
         IF NOT v_read THEN
             v_read := true;
-            SELECT array_agg(w.day_offset) FILTER (WHERE w.hh IS NOT NULL),
-                   array_agg(w.hh) FILTER (WHERE w.hh IS NOT NULL),
-                   array_agg(w.mi) FILTER (WHERE w.hh IS NOT NULL), array_agg(w.num) FILTER (WHERE w.num IS NOT NULL),
-                   coalesce(array_agg(DISTINCT w.code) FILTER (WHERE w.code IS NOT NULL), '{}')
-              INTO v_days, v_hhs, v_mis, v_nums, v_codes
-              FROM agentdb_private.written_values(p_task) AS w;
-            SELECT ARRAY[count(*)::integer, coalesce(sum(s.affected_rows), 0)::integer] || array_agg(s.affected_rows)
-              INTO v_counts
-              FROM agentdb_private.steps AS s
-             WHERE s.user_id = p_task.user_id AND s.task_id = p_task.id AND s.outcome = 'success' AND s.verified;
+            v_written := agentdb_private.written_values(p_task);
+            v_days := v_written.days;
+            v_hhs := v_written.hhs;
+            v_mis := v_written.mis;
+            v_nums := v_written.nums;
+            v_codes := v_written.codes;
+            v_counts := agentdb_private.books_counts(p_books);
         END IF;
         -- The clause's day and half of the day, when it names one of each (one
         -- value, however often); whether it names a time.
@@ -598,6 +601,17 @@ BEGIN
                     RETURN format('a day the reply names (%s) is not one that was written', v_fact ->> 'start');
                 END IF;
             ELSIF v_fact ->> 'type' = 'count' AND (v_fact ->> 'n') IS NOT NULL THEN
+                -- A number that names a thing ("court 3 booking") is no count.
+                v_hit := false;
+                FOR v_wi IN 0 .. jsonb_array_length(v_facts) - 1 LOOP
+                    IF v_facts -> v_wi ->> 'type' = 'ident'
+                        AND (v_facts -> v_wi ->> 'start')::integer < (v_fact ->> 'end')::integer
+                        AND (v_fact ->> 'start')::integer < (v_facts -> v_wi ->> 'end')::integer THEN
+                        v_hit := true;
+                        EXIT;
+                    END IF;
+                END LOOP;
+                CONTINUE WHEN v_hit;
                 IF NOT (v_fact ->> 'n')::numeric = ANY (v_counts) THEN
                     RETURN format('a count the reply names (%s) is not what was done', v_fact ->> 'n');
                 END IF;

@@ -174,65 +174,81 @@ BEGIN
 END
 $$;
 
--- The state of a task's books, from its committed steps (steps refused
--- because the task was already closed are not part of the work):
---   empty     no step at all;
---   troubled  some step is not a verified success (refused, invalid,
---             duplicate, conflict, failed, unverified, needs_confirmation);
---   clean     at least one step, every one of them verified.
--- failed: how many steps are not verified successes.
+-- The state of a task's books (agentdb_private.task_books) was read here
+-- before the books were one value.
 DROP FUNCTION IF EXISTS agentdb_private.book_state(uuid);
-CREATE OR REPLACE FUNCTION agentdb_private.book_state(
-    p_user text, p_task uuid, OUT state text, OUT steps integer, OUT failed integer
-)
+DROP FUNCTION IF EXISTS agentdb_private.book_state(text, uuid);
+DROP FUNCTION IF EXISTS agentdb_private.gate_reason(agentdb_private.tasks, record, record, jsonb);
+
+-- The class a clause's words name (the first lexicon entry of any language
+-- that matches it, the specific classes first), or NULL: what a clause that
+-- states a success without a claim the detector reads ("Reminder is set",
+-- "提醒设定好了") says was done.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_class(p_text text, p_clause jsonb)
+RETURNS text
 LANGUAGE plpgsql STABLE
--- plpgsql: its plan is kept for the session. No SET clause: only finalize_reply,
--- with a pinned search_path, calls it.
+-- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
 AS $$
+DECLARE
+    v_words text := substr(p_text, (p_clause ->> 'start')::integer + 1,
+                           (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer);
+    v_rule agentdb_private.claim_langs;
+    v_class text;
 BEGIN
-    SELECT count(*)::integer, count(*) FILTER (WHERE NOT (s.outcome = 'success' AND s.verified))::integer
-      INTO steps, failed
-      FROM agentdb_private.steps AS s
-     WHERE s.user_id = p_user AND s.task_id = p_task AND s.refusal IS DISTINCT FROM 'closed';
-    state := CASE WHEN steps = 0 THEN 'empty' WHEN failed > 0 THEN 'troubled' ELSE 'clean' END;
+    FOREACH v_rule IN ARRAY agentdb_private.claim_langs_compiled() LOOP
+        v_class := agentdb_private.claim_class(v_rule.lang, v_words, NULL);
+        IF v_class IS NOT NULL THEN
+            RETURN v_class;
+        END IF;
+    END LOOP;
+    RETURN NULL;
 END
 $$;
 
--- Why a reply may not be delivered in a troubled task or an empty action turn,
--- or NULL when it may. Fail closed by positive recognition: every clause must
--- carry a label the document's "accept" lists for the state (in a troubled
--- task a clause holding a claim, which is then backed, counts too); a troubled
+-- Why a reply may not be delivered in a troubled task or an empty action turn
+-- (reason), or NULL when it may. Fail closed by positive recognition: every
+-- clause must carry a label the document's "accept" lists for the state; in a
+-- troubled task a clause holding a claim (which is then backed) counts too,
+-- and so does a clause that states a success in words the detector does not
+-- read as a claim ("Reminder is set.") when the class its words name is
+-- backed by a verified step: such clauses are returned (implied, as claims of
+-- their clause) so that their facts are compared like a claim's. A troubled
 -- reply needs an "ack" clause per failed step, or an "ack_all" clause; an
 -- empty action turn needs a clause labelled as one of "needs" (a question, an
 -- offer, a draft, a plain "nothing was done"). The clauses are a runtime's
 -- reading (with labels) or frames of clause_frames, asked through clause_has
 -- only what the answer needs.
 DROP FUNCTION IF EXISTS agentdb_private.reply_unacceptable(jsonb, jsonb, text, integer);
+DROP FUNCTION IF EXISTS agentdb_private.reply_unacceptable(text, jsonb, jsonb, text, integer);
 CREATE OR REPLACE FUNCTION agentdb_private.reply_unacceptable(
-    p_text text, p_clauses jsonb, p_claims jsonb, p_state text, p_failed integer
+    p_text text, p_clauses jsonb, p_claims jsonb, p_state text, p_books record,
+    OUT reason text, OUT implied jsonb
 )
-RETURNS text
 LANGUAGE plpgsql STABLE
--- No SET clause: only finalize_reply, with a pinned search_path, calls it.
+-- No SET clause: only gate_reason, under finalize_reply's pinned search_path, calls it.
 AS $$
 DECLARE
     v_accept text [];
     v_needs text [];
     v_clause jsonb;
+    v_class text;
     v_ok boolean;
     v_ack boolean;
     v_need boolean;
     v_acks integer := 0;
     v_needed boolean := false;
 BEGIN
+    implied := '[]';
     v_accept := ARRAY(SELECT jsonb_array_elements_text(
         coalesce(agentdb_private.claim_doc_compiled() -> 'accept' -> p_state, '[]')));
     v_needs := ARRAY(SELECT jsonb_array_elements_text(
         coalesce(agentdb_private.claim_doc_compiled() -> 'needs' -> p_state, '[]')));
     IF jsonb_typeof(p_clauses) IS DISTINCT FROM 'array' OR jsonb_array_length(p_clauses) = 0 THEN
-        RETURN 'nothing in the reply could be read';
+        reason := 'nothing in the reply could be read';
+        RETURN;
     END IF;
-    FOR v_clause IN SELECT c FROM jsonb_array_elements(p_clauses) AS c LOOP
+    FOR v_ci IN 0 .. jsonb_array_length(p_clauses) - 1 LOOP
+        v_clause := p_clauses -> v_ci;
         -- Asked in turn, each only when the ones before left the answer open.
         v_ack := p_state = 'troubled' AND agentdb_private.clause_has(p_text, v_clause, 'ack');
         v_need := cardinality(v_needs) > 0 AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs');
@@ -249,22 +265,29 @@ BEGIN
         IF NOT v_ok AND 'inert' = ANY (v_accept) THEN
             v_ok := NOT agentdb_private.clause_has(p_text, v_clause, 'action');
         END IF;
+        IF NOT v_ok AND p_state = 'troubled' AND p_text IS NOT NULL THEN
+            v_class := agentdb_private.clause_class(p_text, v_clause);
+            IF v_class IS NOT NULL AND agentdb_private.books_capacity(p_books, v_class, NULL) > 0 THEN
+                v_ok := true;
+                implied := implied || jsonb_build_array(jsonb_build_object(
+                    'kind', 'implied', 'class', v_class, 'start', v_clause -> 'start'));
+            END IF;
+        END IF;
         IF NOT v_ok THEN
-            RETURN format('the clause at %s-%s is not recognised as acceptable here',
-                          v_clause ->> 'start', v_clause ->> 'end');
+            reason := format('the clause at %s-%s is not recognised as acceptable here',
+                             v_clause ->> 'start', v_clause ->> 'end');
+            RETURN;
         END IF;
         v_acks := v_acks + CASE WHEN v_ack THEN 1 ELSE 0 END;
         v_needed := v_needed OR v_need;
     END LOOP;
-    IF p_state = 'troubled' AND v_acks < p_failed AND NOT EXISTS (
+    IF p_state = 'troubled' AND v_acks < p_books.failed AND NOT EXISTS (
             SELECT 1 FROM jsonb_array_elements(p_clauses) AS c
              WHERE agentdb_private.clause_has(p_text, c, 'ack_all')) THEN
-        RETURN format('%s failed step(s), %s acknowledged', p_failed, v_acks);
+        reason := format('%s failed step(s), %s acknowledged', p_books.failed, v_acks);
+    ELSIF cardinality(v_needs) > 0 AND NOT v_needed THEN
+        reason := 'not a question, an offer, a draft or a plain "nothing was done"';
     END IF;
-    IF cardinality(v_needs) > 0 AND NOT v_needed THEN
-        RETURN 'not a question, an offer, a draft or a plain "nothing was done"';
-    END IF;
-    RETURN NULL;
 END
 $$;
 
@@ -307,10 +330,194 @@ BEGIN
 END
 $$;
 
+-- Declared claims are trusted for their shape only; anything odd counts as a
+-- generic "done", the strictest claim to back. A class is kept when the
+-- loaded document names it.
+CREATE OR REPLACE FUNCTION agentdb_private.declared_claims(p_claims jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by gate_read only, under finalize_reply's pinned search_path.
+AS $$
+BEGIN
+    RETURN (
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'kind', CASE WHEN c ->> 'kind' IN ('create', 'update', 'delete', 'done') THEN c ->> 'kind'
+                                ELSE 'done' END,
+                   'text', left(CASE WHEN jsonb_typeof(c) = 'object' THEN c ->> 'text' ELSE c #>> '{}' END, 500),
+                   'tool', CASE WHEN jsonb_typeof(c) = 'object' THEN left(c ->> 'tool', 200) END)
+                   || CASE WHEN jsonb_typeof(c) = 'object'
+                            AND agentdb_private.claim_doc_compiled() -> 'classes' -> 'names' ? (c ->> 'class')
+                           THEN jsonb_build_object('class', c ->> 'class') ELSE '{}'::jsonb END), '[]')
+          FROM jsonb_array_elements(p_claims) AS c);
+END
+$$;
+
+-- A runtime's claims (detected with the loaded patterns), their shape checked:
+-- kinds, offsets within the longest reply, a known class.
+CREATE OR REPLACE FUNCTION agentdb_private.runtime_claims(p_claims jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by gate_read only, under finalize_reply's pinned search_path.
+AS $$
+BEGIN
+    RETURN (
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'kind', CASE WHEN c ->> 'kind' IN ('create', 'update', 'delete', 'done') THEN c ->> 'kind'
+                                ELSE 'done' END,
+                   'text', left(c ->> 'text', 500),
+                   'start', CASE WHEN jsonb_typeof(c -> 'start') = 'number'
+                                  AND (c -> 'start')::numeric BETWEEN 0 AND 100000 THEN (c -> 'start')::numeric::int END,
+                   'end', CASE WHEN jsonb_typeof(c -> 'end') = 'number'
+                                AND (c -> 'end')::numeric BETWEEN 0 AND 100000 THEN (c -> 'end')::numeric::int END,
+                   'lang', left(c ->> 'lang', 16))
+                   || CASE WHEN agentdb_private.claim_doc_compiled() -> 'classes' -> 'names' ? (c ->> 'class')
+                           THEN jsonb_build_object('class', c ->> 'class') ELSE '{}'::jsonb END ORDER BY n), '[]')
+          FROM jsonb_array_elements(p_claims) WITH ORDINALITY AS x (c, n));
+END
+$$;
+
+-- Phase 1 of the gate: the reply as read. source: declared (the runtime says
+-- what the reply claims), runtime (detected by the runtime with the very
+-- patterns loaded here, with its reading of the clauses and facts) or
+-- detected (here). norm: the normalised text, where it was needed; clauses:
+-- a runtime's reading (with labels) or frames of clause_frames, which the
+-- checks ask only what the books need; facts: a runtime's reading, or NULL
+-- (read here, only where they count).
+CREATE OR REPLACE FUNCTION agentdb_private.gate_read(
+    p_text text, p_claims jsonb,
+    OUT source text, OUT claims jsonb, OUT clauses jsonb, OUT facts jsonb, OUT norm text
+)
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by finalize_reply only, with a pinned search_path.
+AS $$
+BEGIN
+    IF jsonb_typeof(p_claims) = 'array' THEN
+        source := 'declared';
+        claims := agentdb_private.declared_claims(p_claims);
+        RETURN;
+    END IF;
+    IF jsonb_typeof(p_claims -> 'claims') = 'array'
+        AND p_claims ->> 'patterns' = agentdb_private.claim_doc_compiled() ->> 'fingerprint' THEN
+        -- They agree with this database's detector line by line (both take the
+        -- leftmost-longest match). Trusted as far as declared claims are: the
+        -- runtime is the app.
+        source := 'runtime';
+        claims := agentdb_private.runtime_claims(p_claims -> 'claims');
+        clauses := CASE WHEN jsonb_typeof(p_claims -> 'clauses') = 'array' THEN p_claims -> 'clauses' END;
+        facts := CASE WHEN jsonb_typeof(p_claims -> 'facts') = 'array' THEN p_claims -> 'facts' END;
+        -- A runtime that sent no reading of the clauses or the facts (an older
+        -- one) is read here for what it did not send.
+        IF clauses IS NULL OR facts IS NULL THEN
+            norm := agentdb_private.normalise_reply(left(p_text, agentdb_private.max_reply()));
+            clauses := coalesce(clauses, agentdb_private.clause_frames(norm));
+        END IF;
+        RETURN;
+    END IF;
+    -- NULL, or a runtime's claims detected with other patterns than the loaded
+    -- ones: detected here, in the text as normalised (offsets refer to it).
+    source := 'detected';
+    norm := agentdb_private.normalise_reply(left(p_text, agentdb_private.max_reply()));
+    clauses := agentdb_private.clause_frames(norm);
+    claims := agentdb_private.classify_claims(norm, agentdb_private.detect_claims_in(norm, NULL), clauses);
+END
+$$;
+
+-- Phase 3 of the gate: why the reply may not be delivered, or NULL. The books
+-- decide first: any pending claim replaces it; a troubled task, and an empty
+-- one in an action turn, deliver only a reply recognised as acceptable for
+-- its state. Then, where there are steps, another thing of a class ("…and
+-- your other reminders too") needs one more verified step or row of it, and
+-- the facts a reply states (times, dates, counts, amounts) must be what was
+-- written: in a clean task every stating clause's, in a troubled one those of
+-- the clauses holding its (backed) claims.
+CREATE OR REPLACE FUNCTION agentdb_private.gate_reason(
+    p_task agentdb_private.tasks, p_books record, p_read record, p_pending jsonb, p_model_text text
+)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by finalize_reply only, with a pinned search_path.
+AS $$
+DECLARE
+    v_reason text;
+    v_claims jsonb := p_read.claims;
+    v_norm text := p_read.norm;
+    v_read record;
+BEGIN
+    IF jsonb_array_length(p_pending) > 0 THEN
+        RETURN 'unbacked claim';
+    END IF;
+    IF p_books.state = 'troubled' OR (p_books.state = 'empty' AND p_task.expects_action) THEN
+        -- A troubled reply's clauses may be read for their words: the text as
+        -- normalised, here too when a runtime sent its reading.
+        IF v_norm IS NULL AND p_books.state = 'troubled' THEN
+            v_norm := agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply()));
+        END IF;
+        v_read := agentdb_private.reply_unacceptable(v_norm, coalesce(p_read.clauses, '[]'), p_read.claims,
+            CASE WHEN p_books.state = 'troubled' THEN 'troubled' ELSE 'empty_action' END, p_books);
+        v_reason := v_read.reason;
+        v_claims := v_claims || v_read.implied;
+    END IF;
+    IF v_reason IS NULL AND p_books.state <> 'empty' AND p_read.clauses IS NOT NULL THEN
+        v_reason := coalesce(
+            agentdb_private.claims_outnumber(p_books, v_norm, p_read.clauses, p_read.claims),
+            agentdb_private.facts_mismatch(p_task, p_books, v_norm, p_read.clauses, p_read.facts, v_claims,
+                                           p_books.state = 'troubled'));
+    END IF;
+    RETURN v_reason;
+END
+$$;
+
+-- Phase 4 of the gate: the record. The claims, the delivered text as history
+-- (the model's text only in the audit row), the drafts shown; the verdict.
+CREATE OR REPLACE FUNCTION agentdb_private.gate_record(
+    p_task agentdb_private.tasks, p_books record, p_read record, p_pending jsonb, p_reason text, p_model_text text
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+-- No SET clause: called by finalize_reply only, with a pinned search_path.
+AS $$
+DECLARE
+    v_verdict text := CASE WHEN p_reason IS NULL THEN 'deliver' ELSE 'replace' END;
+    v_text text;
+    v_from text := CASE p_read.source WHEN 'detected' THEN 'database' ELSE p_read.source END;
+BEGIN
+    IF jsonb_array_length(p_read.claims) > 0 THEN
+        INSERT INTO agentdb_private.claims
+            (user_id, task_id, kind, claim_text, span_start, span_end, tool, source, claim_class)
+        SELECT p_task.user_id, p_task.id, c ->> 'kind', c ->> 'text', (c ->> 'start')::int, (c ->> 'end')::int,
+               c ->> 'tool', p_read.source, c ->> 'class'
+          FROM jsonb_array_elements(p_read.claims) AS c;
+    END IF;
+    -- An honest message built from the steps replaces a false reply; a reply
+    -- delivered is never longer than what was checked.
+    v_text := CASE WHEN p_reason IS NOT NULL THEN agentdb_private.honest_text(p_task)
+                   ELSE left(coalesce(p_model_text, ''), agentdb_private.max_reply()) END;
+    INSERT INTO agentdb_private.replies (task_id, conversation_id, user_id, verdict, delivered_text, pending, book_state)
+    VALUES (p_task.id, p_task.conversation_id, p_task.user_id, v_verdict, v_text, p_pending, p_books.state);
+    INSERT INTO agentdb_private.audit (task_id, user_id, action, status, outcome, detail, payload)
+    VALUES (p_task.id, p_task.user_id, 'reply', CASE WHEN v_verdict = 'deliver' THEN 'SUCCESS' ELSE 'REFUSED' END,
+            v_verdict, format('%s claim(s), %s pending', jsonb_array_length(p_read.claims), jsonb_array_length(p_pending)),
+            jsonb_build_object('model_text', left(p_model_text, 100000), 'claims', p_read.claims, 'pending', p_pending,
+                               'claims_from', v_from, 'book_state', p_books.state, 'reason', p_reason));
+    -- Either text shows this task's draft summaries: they now count as seen.
+    IF p_books.drafts THEN
+        PERFORM agentdb_private.mark_shown(p_task.user_id, p_task.id);
+    END IF;
+    RETURN jsonb_build_object('verdict', v_verdict, 'text', v_text, 'pending', p_pending, 'claims', p_read.claims,
+                              'claims_from', v_from, 'book_state', p_books.state)
+        || CASE WHEN p_reason IS NULL THEN '{}' ELSE jsonb_build_object('reason', p_reason) END
+        || CASE WHEN char_length(p_model_text) > agentdb_private.max_reply() AND v_verdict = 'deliver'
+                THEN '{"cut": true}'::jsonb ELSE '{}'::jsonb END;
+END
+$$;
+
 -- The exit gate. Stores the claims, decides deliver or replace from the
 -- database alone, keeps only the delivered text as history and the model's
 -- text only in the audit row. A second call returns the first verdict. p_user
--- NULL: the task found by its id alone (the task-only entry point).
+-- NULL: the task found by its id alone (the task-only entry point). An
+-- orchestrator over the phases: read the reply (gate_read), read the books
+-- once (task_books), what they do not back (books_pending), why not deliver
+-- (gate_reason), record (gate_record).
 CREATE OR REPLACE FUNCTION agentdb_private.finalize_core(p_user text, task uuid, model_text text, claims jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -318,17 +525,9 @@ AS $$
 DECLARE
     v_task agentdb_private.tasks;
     v_prior agentdb_private.replies;
-    v_claims jsonb;
-    v_source text;
-    v_claims_from text;
-    v_pending jsonb;
-    v_verdict text;
-    v_text text;
-    v_clauses jsonb;
-    v_facts jsonb;
-    v_norm text;
+    v_read record;
     v_books record;
-    v_reason text;
+    v_pending jsonb;
 BEGIN
     -- The verdict is judged from the committed steps. A REPEATABLE READ or
     -- SERIALIZABLE snapshot may have been taken before a step of this task
@@ -358,125 +557,13 @@ BEGIN
                                   'pending', v_prior.pending, 'repeated', true, 'book_state', v_prior.book_state);
     END IF;
 
-    -- Declared claims are trusted for their shape only; anything odd counts
-    -- as a generic "done", the strictest claim to back.
-    IF jsonb_typeof(finalize_core.claims) = 'array' THEN
-        v_source := 'declared';
-        SELECT coalesce(jsonb_agg(jsonb_build_object(
-                   'kind', CASE WHEN c ->> 'kind' IN ('create', 'update', 'delete', 'done') THEN c ->> 'kind'
-                                ELSE 'done' END,
-                   'text', left(CASE WHEN jsonb_typeof(c) = 'object' THEN c ->> 'text' ELSE c #>> '{}' END, 500),
-                   'tool', CASE WHEN jsonb_typeof(c) = 'object' THEN left(c ->> 'tool', 200) END)
-                   || CASE WHEN jsonb_typeof(c) = 'object' AND agentdb_private.known_class(c ->> 'class') IS NOT NULL
-                           THEN jsonb_build_object('class', c ->> 'class') ELSE '{}'::jsonb END), '[]')
-          INTO v_claims
-          FROM jsonb_array_elements(finalize_core.claims) AS c;
-    ELSIF jsonb_typeof(finalize_core.claims -> 'claims') = 'array'
-        AND finalize_core.claims ->> 'patterns' = (
-            SELECT r.fingerprint FROM agentdb_private.claim_rules AS r WHERE r.id = 1) THEN
-        -- Detected by the runtime with the very patterns loaded here, which
-        -- agree with this database's detector line by line (both take the
-        -- leftmost-longest match), without the regex work here. Trusted as far
-        -- as declared claims are: the runtime is the app. Shape still checked.
-        v_source := 'runtime';
-        -- The runtime's reading of the clauses, when it sent one.
-        v_clauses := CASE WHEN jsonb_typeof(finalize_core.claims -> 'clauses') = 'array'
-                          THEN finalize_core.claims -> 'clauses' END;
-        v_facts := CASE WHEN jsonb_typeof(finalize_core.claims -> 'facts') = 'array'
-                        THEN finalize_core.claims -> 'facts' END;
-        SELECT coalesce(jsonb_agg(jsonb_build_object(
-                   'kind', CASE WHEN c ->> 'kind' IN ('create', 'update', 'delete', 'done') THEN c ->> 'kind'
-                                ELSE 'done' END,
-                   'text', left(c ->> 'text', 500),
-                   'start', CASE WHEN jsonb_typeof(c -> 'start') = 'number'
-                                  AND (c -> 'start')::numeric BETWEEN 0 AND 100000 THEN (c -> 'start')::numeric::int END,
-                   'end', CASE WHEN jsonb_typeof(c -> 'end') = 'number'
-                                AND (c -> 'end')::numeric BETWEEN 0 AND 100000 THEN (c -> 'end')::numeric::int END,
-                   'lang', left(c ->> 'lang', 16))
-                   || CASE WHEN agentdb_private.known_class(c ->> 'class') IS NOT NULL
-                           THEN jsonb_build_object('class', c ->> 'class') ELSE '{}'::jsonb END ORDER BY n), '[]')
-          INTO v_claims
-          FROM jsonb_array_elements(finalize_core.claims -> 'claims') WITH ORDINALITY AS x (c, n);
-        -- A runtime that sent claims without a reading of the clauses or the
-        -- facts (an older one) is read here for what it did not send.
-        IF v_clauses IS NULL OR v_facts IS NULL THEN
-            v_norm := agentdb_private.normalise_reply(left(model_text, agentdb_private.max_reply()));
-            v_clauses := coalesce(v_clauses, agentdb_private.clause_frames(v_norm));
-        END IF;
-    ELSE
-        -- NULL, or a runtime's claims detected with other patterns than the
-        -- loaded ones: detect here, in the text as normalised (claims' offsets
-        -- refer to it). The clauses are framed, not labelled: the checks below
-        -- ask each only what the books need, and read facts only where they count.
-        v_source := 'detected';
-        v_norm := agentdb_private.normalise_reply(left(model_text, agentdb_private.max_reply()));
-        v_clauses := agentdb_private.clause_frames(v_norm);
-        v_claims := agentdb_private.classify_claims(v_norm, agentdb_private.detect_claims_in(v_norm, NULL), v_clauses);
-    END IF;
-
-    v_claims_from := CASE v_source WHEN 'detected' THEN 'database' ELSE v_source END;
-    INSERT INTO agentdb_private.claims (user_id, task_id, kind, claim_text, span_start, span_end, tool, source, claim_class)
-    SELECT v_task.user_id, v_task.id, c ->> 'kind', c ->> 'text', (c ->> 'start')::int, (c ->> 'end')::int, c ->> 'tool', v_source,
-           c ->> 'class'
-      FROM jsonb_array_elements(v_claims) AS c;
-
-    -- The claims just stored that no step backs: what pending_claims shows for
-    -- this task, computed from them directly (the view would read them back).
-    SELECT coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object('kind', c.c ->> 'kind', 'text', c.c ->> 'text',
-                                                                   'class', c.c ->> 'class'))
-                              || jsonb_build_object('tool', c.c ->> 'tool') ORDER BY c.n), '[]')
-      INTO v_pending
-      FROM jsonb_array_elements(v_claims) WITH ORDINALITY AS c (c, n)
-     WHERE NOT agentdb_private.claim_is_backed_as(v_task.user_id, v_task.id, c.c ->> 'kind', c.c ->> 'class',
-                                                  c.c ->> 'tool');
-
-    -- The books decide first. A troubled task, and an empty one in an action
-    -- turn, deliver only a reply recognised as acceptable for its state;
-    -- otherwise (and in a clean task) the claims must all be backed.
-    v_books := agentdb_private.book_state(v_task.user_id, v_task.id);
-    IF jsonb_array_length(v_pending) > 0 THEN
-        v_reason := 'unbacked claim';
-    ELSIF v_books.state = 'troubled' OR (v_books.state = 'empty' AND v_task.expects_action) THEN
-        v_reason := agentdb_private.reply_unacceptable(v_norm, coalesce(v_clauses, '[]'), v_claims,
-            CASE WHEN v_books.state = 'troubled' THEN 'troubled' ELSE 'empty_action' END, v_books.failed);
-    END IF;
-    -- The facts a reply states (times, dates, counts, amounts) must be what
-    -- was written: in a clean task every stating clause's, in a troubled one
-    -- those of the clauses holding its (backed) claims.
-    -- Another thing of a class ("…and your other reminders too") needs one
-    -- more verified step or affected row of it.
-    IF v_reason IS NULL AND v_books.state <> 'empty' AND v_clauses IS NOT NULL THEN
-        v_reason := agentdb_private.claims_outnumber(v_task.user_id, v_task.id, v_norm, v_clauses, v_claims);
-    END IF;
-    IF v_reason IS NULL AND v_books.state <> 'empty' AND v_clauses IS NOT NULL THEN
-        v_reason := agentdb_private.facts_mismatch(v_task, v_norm, v_clauses, v_facts, v_claims,
-                                                   v_books.state = 'troubled');
-    END IF;
-
-    IF v_reason IS NOT NULL THEN
-        v_verdict := 'replace';
-        v_text := agentdb_private.honest_text(v_task);
-    ELSE
-        -- Never more than was checked: a longer reply is cut where reading stopped.
-        v_verdict := 'deliver';
-        v_text := left(coalesce(model_text, ''), agentdb_private.max_reply());
-    END IF;
-
-    INSERT INTO agentdb_private.replies (task_id, conversation_id, user_id, verdict, delivered_text, pending, book_state)
-    VALUES (v_task.id, v_task.conversation_id, v_task.user_id, v_verdict, v_text, v_pending, v_books.state);
-    INSERT INTO agentdb_private.audit (task_id, user_id, action, status, outcome, detail, payload)
-    VALUES (v_task.id, v_task.user_id, 'reply', CASE WHEN v_verdict = 'deliver' THEN 'SUCCESS' ELSE 'REFUSED' END,
-            v_verdict, format('%s claim(s), %s pending', jsonb_array_length(v_claims), jsonb_array_length(v_pending)),
-            jsonb_build_object('model_text', left(model_text, 100000), 'claims', v_claims, 'pending', v_pending,
-                               'claims_from', v_claims_from, 'book_state', v_books.state, 'reason', v_reason));
-    -- Either text shows this task's draft summaries: they now count as seen.
-    PERFORM agentdb_private.mark_shown(v_task.user_id, v_task.id);
-
-    RETURN jsonb_build_object('verdict', v_verdict, 'text', v_text, 'pending', v_pending, 'claims', v_claims,
-                              'claims_from', v_claims_from, 'book_state', v_books.state)
-        || CASE WHEN v_reason IS NULL THEN '{}' ELSE jsonb_build_object('reason', v_reason) END
-        || CASE WHEN char_length(model_text) > agentdb_private.max_reply() AND v_verdict = 'deliver'
-                THEN '{"cut": true}'::jsonb ELSE '{}'::jsonb END;
+    v_read := agentdb_private.gate_read(finalize_core.model_text, finalize_core.claims);
+    v_books := agentdb_private.task_books(v_task.user_id, v_task.id);
+    v_pending := agentdb_private.books_pending(v_books, v_read.claims);
+    RETURN agentdb_private.gate_record(v_task, v_books, v_read, v_pending,
+                                       agentdb_private.gate_reason(v_task, v_books, v_read, v_pending,
+                                                                   finalize_core.model_text),
+                                       finalize_core.model_text);
 END
 $$;
 
