@@ -191,6 +191,8 @@ BEGIN
             THEN 'normalise needs strip, spaces, hant and hans strings (hant and hans of one length) and a '
                  || 'rewrite list of [regex, replacement] or [regex, replacement, [string, ...]] whose '
                  || 'replacements use only \1 to \9'
+        WHEN p_doc ? 'done_marks' AND NOT agentdb_private.is_string_list(p_doc -> 'done_marks')
+            THEN 'done_marks must be a list of non-empty strings'
         WHEN EXISTS (SELECT 1 FROM jsonb_each(CASE WHEN jsonb_typeof(p_doc -> 'needs') = 'object'
                                                    THEN p_doc -> 'needs' ELSE '{}' END) AS n,
                                    jsonb_array_elements_text(n.value) AS x
@@ -366,7 +368,7 @@ BEGIN
         'RETURNS jsonb LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
         format('SELECT %L::jsonb', jsonb_strip_nulls(jsonb_build_object(
             'normalise', p_doc -> 'normalise', 'accept', p_doc -> 'accept', 'needs', p_doc -> 'needs',
-            'classes', p_doc -> 'classes', 'facts', p_doc -> 'facts',
+            'classes', p_doc -> 'classes', 'facts', p_doc -> 'facts', 'done_marks', p_doc -> 'done_marks',
             'fingerprint', encode(sha256(convert_to(p_doc::text, 'UTF8')), 'hex')))));
 
     -- And as a constant that detect_claims' cached plans hold (the function is

@@ -463,6 +463,147 @@ $$;
 --   hold a currency code.
 DROP FUNCTION IF EXISTS agentdb_private.facts_mismatch(agentdb_private.tasks, jsonb, jsonb, jsonb, boolean);
 DROP FUNCTION IF EXISTS agentdb_private.facts_mismatch(agentdb_private.tasks, text, jsonb, jsonb, jsonb, boolean);
+-- Does a clause hold a claim (one of p_claims starts in it)?
+CREATE OR REPLACE FUNCTION agentdb_private.clause_claimed(p_clause jsonb, p_claims jsonb)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by facts_mismatch only, under finalize_reply's pinned search_path.
+AS $$
+BEGIN
+    FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
+        IF (p_claims -> v_ki ->> 'start')::integer >= (p_clause ->> 'start')::integer
+            AND (p_claims -> v_ki ->> 'start')::integer < (p_clause ->> 'end')::integer THEN
+            RETURN true;
+        END IF;
+    END LOOP;
+    RETURN false;
+END
+$$;
+
+-- The facts of clause p_index: those of a runtime's reading (p_facts), or
+-- read here.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_reading(
+    p_text text, p_clause jsonb, p_index integer, p_facts jsonb
+)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by facts_mismatch only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_facts jsonb := '[]';
+BEGIN
+    IF p_facts IS NULL THEN
+        RETURN to_jsonb(agentdb_private.clause_facts(p_text, p_clause, p_index));
+    END IF;
+    FOR v_fi IN 0 .. jsonb_array_length(p_facts) - 1 LOOP
+        IF (p_facts -> v_fi ->> 'clause')::integer = p_index THEN
+            v_facts := v_facts || jsonb_build_array(p_facts -> v_fi);
+        END IF;
+    END LOOP;
+    RETURN v_facts;
+END
+$$;
+
+-- The day and half of the day a clause's facts name, when they name one of
+-- each (one value, however often); whether they name a time.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_when(
+    p_facts jsonb, OUT day integer, OUT half text, OUT has_time boolean
+)
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by facts_mismatch only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_fact jsonb;
+    v_two_days boolean := false;
+    v_two_halves boolean := false;
+BEGIN
+    has_time := false;
+    FOR v_fi IN 0 .. jsonb_array_length(p_facts) - 1 LOOP
+        v_fact := p_facts -> v_fi;
+        IF v_fact ->> 'type' = 'time' THEN
+            has_time := true;
+        ELSIF v_fact ->> 'type' = 'day' AND v_fact ->> 'value' IS NOT NULL THEN
+            v_two_days := v_two_days OR (day IS NOT NULL AND day <> (v_fact ->> 'value')::integer);
+            day := coalesce(day, (v_fact ->> 'value')::integer);
+        ELSIF v_fact ->> 'type' = 'period' AND v_fact ->> 'tag' IS NOT NULL THEN
+            v_two_halves := v_two_halves OR (half IS NOT NULL AND half <> v_fact ->> 'tag');
+            half := coalesce(half, v_fact ->> 'tag');
+        END IF;
+    END LOOP;
+    day := CASE WHEN v_two_days THEN NULL ELSE day END;
+    half := CASE WHEN v_two_halves THEN NULL ELSE half END;
+END
+$$;
+
+-- Why one fact of a clause (p_fact, among the clause's p_facts, on its day
+-- p_day and half p_half) is not what was written (p_written: written_values;
+-- p_counts: books_counts), or NULL.
+CREATE OR REPLACE FUNCTION agentdb_private.fact_mismatch(
+    p_fact jsonb, p_facts jsonb, p_day integer, p_half text, p_has_time boolean, p_written record,
+    p_counts integer[]
+)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by facts_mismatch only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_h integer;
+    v_hours integer [];
+BEGIN
+    IF p_fact ->> 'type' = 'time' THEN
+        v_h := coalesce((p_fact ->> 'n')::integer, (p_fact ->> 'value')::integer);
+        IF v_h IS NULL OR v_h > 23 THEN
+            RETURN NULL;
+        END IF;
+        v_hours := CASE coalesce(p_fact ->> 'tag', p_half)
+            WHEN 'am' THEN ARRAY[v_h % 12]
+            WHEN 'pm' THEN ARRAY[CASE WHEN v_h < 12 THEN v_h + 12 ELSE v_h END]
+            WHEN 'noon' THEN ARRAY[CASE WHEN v_h < 6 THEN v_h + 12 ELSE v_h END]
+            ELSE CASE WHEN v_h > 12 OR p_fact ? 'value' AND p_fact ->> 'value' IS NOT NULL THEN ARRAY[v_h]
+                      ELSE ARRAY[v_h % 12, v_h % 12 + 12] END
+        END;
+        FOR v_wi IN 1 .. coalesce(cardinality(p_written.hhs), 0) LOOP
+            IF p_written.hhs[v_wi] = ANY (v_hours) AND p_written.mis[v_wi] = coalesce((p_fact ->> 'm')::integer, 0)
+                AND (p_day IS NULL OR p_written.days[v_wi] = p_day) THEN
+                RETURN NULL;
+            END IF;
+        END LOOP;
+        RETURN format('a time the reply names (%s) is not one that was written', p_fact ->> 'start');
+    ELSIF p_fact ->> 'type' = 'day' AND NOT p_has_time THEN
+        -- Rows without a time: the day is the day it was done, today.
+        IF NOT (p_fact ->> 'value')::integer = ANY (coalesce(p_written.days, '{0}')) THEN
+            RETURN format('a day the reply names (%s) is not one that was written', p_fact ->> 'start');
+        END IF;
+    ELSIF p_fact ->> 'type' = 'count' AND (p_fact ->> 'n') IS NOT NULL THEN
+        -- A number that names a thing ("court 3 booking") is no count.
+        FOR v_wi IN 0 .. jsonb_array_length(p_facts) - 1 LOOP
+            IF p_facts -> v_wi ->> 'type' = 'ident'
+                AND (p_facts -> v_wi ->> 'start')::integer < (p_fact ->> 'end')::integer
+                AND (p_fact ->> 'start')::integer < (p_facts -> v_wi ->> 'end')::integer THEN
+                RETURN NULL;
+            END IF;
+        END LOOP;
+        IF NOT (p_fact ->> 'n')::numeric = ANY (p_counts) THEN
+            RETURN format('a count the reply names (%s) is not what was done', p_fact ->> 'n');
+        END IF;
+    ELSIF p_fact ->> 'type' = 'ident' AND (p_fact ->> 'n') IS NOT NULL THEN
+        IF NOT coalesce((p_fact ->> 'n')::numeric = ANY (p_written.nums), false) THEN
+            RETURN format('a number the reply names (%s) is not one that was written', p_fact ->> 'n');
+        END IF;
+    ELSIF p_fact ->> 'type' = 'amount' AND (p_fact ->> 'n') IS NOT NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM unnest(p_written.nums) AS w (num)
+                        WHERE abs(w.num - (p_fact ->> 'n')::numeric) < 0.005) THEN
+            RETURN format('an amount the reply names (%s) is not one that was written', p_fact ->> 'n');
+        END IF;
+        IF p_fact ->> 'tag' IS NOT NULL AND cardinality(p_written.codes) > 0
+            AND NOT p_fact ->> 'tag' = ANY (p_written.codes) THEN
+            RETURN format('a currency the reply names (%s) is not the one written', p_fact ->> 'tag');
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION agentdb_private.facts_mismatch(
     p_task agentdb_private.tasks, p_books record, p_text text, p_clauses jsonb, p_facts jsonb, p_claims jsonb,
     p_only_claims boolean
@@ -473,166 +614,49 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_clause jsonb;
-    v_index integer := -1;
     v_facts jsonb;
-    v_fact jsonb;
+    v_when record;
     v_day integer;
-    v_half text;
-    v_hours integer [];
-    v_h integer;
-    v_counts integer [];
-    v_codes text [];
-    v_days integer [];
-    v_hhs integer [];
-    v_mis integer [];
-    v_nums numeric [];
     v_prev_day integer;
     v_prev_index integer := -2;
-    v_read boolean := false;
-    v_ci integer;
-    v_ki integer;
     v_claimed boolean;
-    v_fi integer;
-    v_wi integer;
-    v_hit boolean;
-    v_has_time boolean;
-    v_two_days boolean;
-    v_two_halves boolean;
     v_written record;
+    v_counts integer [];
+    v_read boolean := false;
+    v_reason text;
 BEGIN
     IF p_facts IS NOT NULL AND (jsonb_typeof(p_facts) IS DISTINCT FROM 'array' OR jsonb_array_length(p_facts) = 0) THEN
         RETURN NULL;
     END IF;
     -- Loops over indexes, not queries, where they can: each query of a
     -- function is an executor run of its own, and this runs on every reply.
-    FOR v_ci IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
-        v_clause := p_clauses -> v_ci;
-        v_index := v_index + 1;
+    FOR v_index IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
+        v_clause := p_clauses -> v_index;
         -- Does the clause hold a claim? The detector, which knows questions and
         -- offers, read it as saying something was done: its facts count even
         -- when a word of it reads as an offer ("我帮你改约到了下午4点").
-        v_claimed := false;
-        FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
-            IF (p_claims -> v_ki ->> 'start')::integer >= (v_clause ->> 'start')::integer
-                AND (p_claims -> v_ki ->> 'start')::integer < (v_clause ->> 'end')::integer THEN
-                v_claimed := true;
-                EXIT;
-            END IF;
-        END LOOP;
+        v_claimed := agentdb_private.clause_claimed(v_clause, p_claims);
         CONTINUE WHEN p_only_claims AND NOT v_claimed;
         CONTINUE WHEN NOT v_claimed AND agentdb_private.clause_has(p_text, v_clause, 'nonstating');
-        -- The runtime's reading of the facts, or this clause's read here.
-        IF p_facts IS NOT NULL THEN
-            v_facts := '[]';
-            FOR v_fi IN 0 .. jsonb_array_length(p_facts) - 1 LOOP
-                IF (p_facts -> v_fi ->> 'clause')::integer = v_index THEN
-                    v_facts := v_facts || jsonb_build_array(p_facts -> v_fi);
-                END IF;
-            END LOOP;
-        ELSE
-            v_facts := to_jsonb(agentdb_private.clause_facts(p_text, v_clause, v_index));
-        END IF;
+        v_facts := agentdb_private.clause_reading(p_text, v_clause, v_index, p_facts);
         CONTINUE WHEN jsonb_array_length(v_facts) = 0;
         -- What the verified steps wrote, read once, when the first fact needs it.
         IF NOT v_read THEN
             v_read := true;
             v_written := agentdb_private.written_values(p_task);
-            v_days := v_written.days;
-            v_hhs := v_written.hhs;
-            v_mis := v_written.mis;
-            v_nums := v_written.nums;
-            v_codes := v_written.codes;
             v_counts := agentdb_private.books_counts(p_books);
         END IF;
-        -- The clause's day and half of the day, when it names one of each (one
-        -- value, however often); whether it names a time.
-        v_day := NULL;
-        v_half := NULL;
-        v_two_days := false;
-        v_two_halves := false;
-        v_has_time := false;
-        FOR v_fi IN 0 .. jsonb_array_length(v_facts) - 1 LOOP
-            v_fact := v_facts -> v_fi;
-            IF v_fact ->> 'type' = 'time' THEN
-                v_has_time := true;
-            ELSIF v_fact ->> 'type' = 'day' AND v_fact ->> 'value' IS NOT NULL THEN
-                v_two_days := v_two_days OR (v_day IS NOT NULL AND v_day <> (v_fact ->> 'value')::integer);
-                v_day := coalesce(v_day, (v_fact ->> 'value')::integer);
-            ELSIF v_fact ->> 'type' = 'period' AND v_fact ->> 'tag' IS NOT NULL THEN
-                v_two_halves := v_two_halves OR (v_half IS NOT NULL AND v_half <> v_fact ->> 'tag');
-                v_half := coalesce(v_half, v_fact ->> 'tag');
-            END IF;
-        END LOOP;
-        v_day := CASE WHEN v_two_days THEN NULL ELSE v_day END;
-        v_half := CASE WHEN v_two_halves THEN NULL ELSE v_half END;
+        v_when := agentdb_private.clause_when(v_facts);
         -- A clause that names only times takes the day of the clause before it
         -- when that one named only a day ("When: tomorrow, 08:00").
-        IF v_day IS NULL AND v_prev_index = v_index - 1 THEN
-            v_day := v_prev_day;
-        END IF;
-        v_prev_day := CASE WHEN NOT v_has_time THEN v_day END;
+        v_day := CASE WHEN v_when.day IS NULL AND v_prev_index = v_index - 1 THEN v_prev_day ELSE v_when.day END;
+        v_prev_day := CASE WHEN NOT v_when.has_time THEN v_day END;
         v_prev_index := v_index;
         FOR v_fi IN 0 .. jsonb_array_length(v_facts) - 1 LOOP
-            v_fact := v_facts -> v_fi;
-            IF v_fact ->> 'type' = 'time' THEN
-                v_h := coalesce((v_fact ->> 'n')::integer, (v_fact ->> 'value')::integer);
-                CONTINUE WHEN v_h IS NULL OR v_h > 23;
-                v_hours := CASE coalesce(v_fact ->> 'tag', v_half)
-                    WHEN 'am' THEN ARRAY[v_h % 12]
-                    WHEN 'pm' THEN ARRAY[CASE WHEN v_h < 12 THEN v_h + 12 ELSE v_h END]
-                    WHEN 'noon' THEN ARRAY[CASE WHEN v_h < 6 THEN v_h + 12 ELSE v_h END]
-                    ELSE CASE WHEN v_h > 12 OR v_fact ? 'value' AND v_fact ->> 'value' IS NOT NULL THEN ARRAY[v_h]
-                              ELSE ARRAY[v_h % 12, v_h % 12 + 12] END
-                END;
-                v_hit := false;
-                FOR v_wi IN 1 .. coalesce(cardinality(v_hhs), 0) LOOP
-                    IF v_hhs[v_wi] = ANY (v_hours) AND v_mis[v_wi] = coalesce((v_fact ->> 'm')::integer, 0)
-                        AND (v_day IS NULL OR v_days[v_wi] = v_day) THEN
-                        v_hit := true;
-                        EXIT;
-                    END IF;
-                END LOOP;
-                IF NOT v_hit THEN
-                    RETURN format('a time the reply names (%s) is not one that was written', v_fact ->> 'start');
-                END IF;
-            ELSIF v_fact ->> 'type' = 'day' AND NOT v_has_time THEN
-                -- Rows without a time: the day is the day it was done, today.
-                IF NOT (v_fact ->> 'value')::integer = ANY (coalesce(v_days, '{0}')) THEN
-                    RETURN format('a day the reply names (%s) is not one that was written', v_fact ->> 'start');
-                END IF;
-            ELSIF v_fact ->> 'type' = 'count' AND (v_fact ->> 'n') IS NOT NULL THEN
-                -- A number that names a thing ("court 3 booking") is no count.
-                v_hit := false;
-                FOR v_wi IN 0 .. jsonb_array_length(v_facts) - 1 LOOP
-                    IF v_facts -> v_wi ->> 'type' = 'ident'
-                        AND (v_facts -> v_wi ->> 'start')::integer < (v_fact ->> 'end')::integer
-                        AND (v_fact ->> 'start')::integer < (v_facts -> v_wi ->> 'end')::integer THEN
-                        v_hit := true;
-                        EXIT;
-                    END IF;
-                END LOOP;
-                CONTINUE WHEN v_hit;
-                IF NOT (v_fact ->> 'n')::numeric = ANY (v_counts) THEN
-                    RETURN format('a count the reply names (%s) is not what was done', v_fact ->> 'n');
-                END IF;
-            ELSIF v_fact ->> 'type' = 'ident' AND (v_fact ->> 'n') IS NOT NULL THEN
-                IF NOT coalesce((v_fact ->> 'n')::numeric = ANY (v_nums), false) THEN
-                    RETURN format('a number the reply names (%s) is not one that was written', v_fact ->> 'n');
-                END IF;
-            ELSIF v_fact ->> 'type' = 'amount' AND (v_fact ->> 'n') IS NOT NULL THEN
-                v_hit := false;
-                FOR v_wi IN 1 .. coalesce(cardinality(v_nums), 0) LOOP
-                    IF abs(v_nums[v_wi] - (v_fact ->> 'n')::numeric) < 0.005 THEN
-                        v_hit := true;
-                        EXIT;
-                    END IF;
-                END LOOP;
-                IF NOT v_hit THEN
-                    RETURN format('an amount the reply names (%s) is not one that was written', v_fact ->> 'n');
-                END IF;
-                IF v_fact ->> 'tag' IS NOT NULL AND cardinality(v_codes) > 0 AND NOT v_fact ->> 'tag' = ANY (v_codes) THEN
-                    RETURN format('a currency the reply names (%s) is not the one written', v_fact ->> 'tag');
-                END IF;
+            v_reason := agentdb_private.fact_mismatch(v_facts -> v_fi, v_facts, v_day, v_when.half,
+                                                      v_when.has_time, v_written, v_counts);
+            IF v_reason IS NOT NULL THEN
+                RETURN v_reason;
             END IF;
         END LOOP;
     END LOOP;

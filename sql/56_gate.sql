@@ -249,6 +249,15 @@ BEGIN
     END IF;
     FOR v_ci IN 0 .. jsonb_array_length(p_clauses) - 1 LOOP
         v_clause := p_clauses -> v_ci;
+        -- Where nothing was done, a mark of something done (a check mark) says otherwise.
+        IF p_state = 'empty_action' AND p_text IS NOT NULL AND EXISTS (
+                SELECT 1 FROM jsonb_array_elements_text(
+                    coalesce(agentdb_private.claim_doc_compiled() -> 'done_marks', '[]')) AS m
+                 WHERE strpos(substr(p_text, (v_clause ->> 'start')::integer + 1,
+                                     (v_clause ->> 'end')::integer - (v_clause ->> 'start')::integer), m) > 0) THEN
+            reason := format('the clause at %s-%s marks something done', v_clause ->> 'start', v_clause ->> 'end');
+            RETURN;
+        END IF;
         -- Asked in turn, each only when the ones before left the answer open.
         v_ack := p_state = 'troubled' AND agentdb_private.clause_has(p_text, v_clause, 'ack');
         v_need := cardinality(v_needs) > 0 AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs');
@@ -446,10 +455,15 @@ BEGIN
     IF jsonb_array_length(p_pending) > 0 THEN
         RETURN 'unbacked claim';
     END IF;
+    -- An empty reply tells the user nothing, whatever the books: the honest
+    -- message (what was done, or not) replaces it.
+    IF p_model_text IS NULL OR p_model_text !~ '[^[:space:]]' THEN
+        RETURN 'empty reply';
+    END IF;
     IF p_books.state = 'troubled' OR (p_books.state = 'empty' AND p_task.expects_action) THEN
-        -- A troubled reply's clauses may be read for their words: the text as
-        -- normalised, here too when a runtime sent its reading.
-        IF v_norm IS NULL AND p_books.state = 'troubled' THEN
+        -- These clauses may be read for their words: the text as normalised,
+        -- here too when a runtime sent its reading.
+        IF v_norm IS NULL THEN
             v_norm := agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply()));
         END IF;
         v_read := agentdb_private.reply_unacceptable(v_norm, coalesce(p_read.clauses, '[]'), p_read.claims,

@@ -92,6 +92,7 @@ def test_an_evasion_in_a_troubled_task_is_replaced(client, text):
 
 
 def test_normalise():
+    assert normalise("聽日下晝3點嘅提醒設定咗") == "明天下午3点的提醒设定了"
     assert normalise("**Done**\u200b — ｓｅｔ\u00a0 for\t8am") == "Done — set for 8am"
     assert normalise("已為您設定提醒:明天早上9點") == "已为您设定提醒: 明天早上9点"
     assert normalise("# Title\n- item one\n2. item two") == "Title\nitem one\nitem two"
@@ -151,6 +152,16 @@ CASES = [
     ("clean_cancel", "zh", "已取消,并且通知了你的球友。", False),
     # a clause holding a claim states its facts, even with an offer's words in it (我帮你)
     ("clean_cancel", "zh", "取消好了,我帮你改约到了下午4点。", False),
+    # zh minutes are read apart from a following 号: 下午3点 is 15:00 (it was read as 3:03), and
+    # 8点30分 names 30 minutes (it was read as 8:00)
+    ("clean_cancel", "zh", "已取消明天下午3点3号场的预约。", True),
+    ("clean_insert", "zh", "已为您设置明天早上8点30分的提醒。", False),
+    # a number that names a thing is no count ("court 3 booking" is not 3 bookings)
+    ("clean_cancel", "en", "I've cancelled the court 3 booking for tomorrow at 3pm.", True),
+    ("clean_cancel", "en", "I've cancelled 3 bookings for tomorrow.", False),
+    # scrapping a booking is cancelling it
+    ("clean_cancel", "en", "Scrapped it: court 3 at 3pm tomorrow is no longer booked for you.", True),
+    ("clean_cancel", "zh", "明天下午3点的场地帮你退掉了。", True),
 ]
 
 
@@ -178,6 +189,18 @@ RECOGNISED = [
      "slot is 4pm, and I can book it if you'd like.", True),
     ("duplicate", "en", "I noticed you had an existing reminder, so I replaced it with a fresh one for 8:00 "
      "tomorrow.", False),
+    # the half that succeeded, stated without a claim the detector reads, is accepted when a verified
+    # step backs the class its words name, and its facts are compared; with no verified step it is not
+    ("partial", "en", "Reminder is set for 8am tomorrow. The court could not be booked: it was taken.", True),
+    ("partial", "en", "Reminder is set for 9am tomorrow. The court could not be booked: taken.", False),
+    ("partial", "en", "Court is booked for 3pm. The reminder could not be saved.", False),
+    ("refused", "en", "Reminder is set for 8am tomorrow. Sorry, you are not signed in.", False),
+    ("partial", "zh", "提醒设定好了,明天早上8点。3号场没订到,已经有人了。", True),
+    # a success said in words of no claim pattern ("went through") is no acknowledgement
+    ("refused", "en", "Login looked odd on our side, but the reminder went through, no worries.", False),
+    # Cantonese reads as Mandarin (唔 不, 咗 了, 俾 被, 听日 明天, 下昼 下午)
+    ("conflict", "zh", "聽日下晝3點嗰個3號場已經俾人訂咗,訂唔到,對唔住。", True),
+    ("refused", "zh", "唔好意思,你未登入,所以冇幫你設定到提醒。", True),
 ]
 
 
@@ -247,3 +270,13 @@ def test_pending_claims_shows_the_class(client, shapes_db):
     ).fetchall()
     assert rows == [("create", "send")]
     assert scalar(shapes_db, "SELECT count(*) FROM agentdb_private.claims WHERE task_id = %s", (task,)) == 2
+
+
+@pytest.mark.parametrize("shape", ["clean_insert", "partial", "refused", "empty_action", "empty_chat"])
+@pytest.mark.parametrize("text", ["", "  \n\t "])
+def test_an_empty_reply_is_replaced_in_every_state(client, shape, text):
+    """A reply with nothing in it tells the user nothing: the books' honest message replaces it."""
+    task = gate_shapes.build(client, shape, "en")
+    verdict = client.finalize_reply(task, text)
+    assert verdict.verdict == "replace" and verdict.text.strip(), verdict
+

@@ -37,7 +37,8 @@ NAMED = ("f6b504a", "8d43fc3", "4dfb9a8", "b3df47a", "b0cd326")
 # What an old install needs of its own tree (the installer, its SQL and its revisions).
 TREES = ("migrations", "sql", "pyagentdb/install.py", "pyagentdb/resources.py")
 # Tables whose rows are derived or replaced by an install, not user data.
-DERIVED = ("agentdb_private.claim_langs", "agentdb_private.claim_rules", "agentdb_private.install_log",
+DERIVED = ("agentdb_private.claim_langs", "agentdb_private.claim_rules", "agentdb_private.fact_rules",
+           "agentdb_private.install_log",
            "agentdb_private.messages")  # the catalogue: shipped by the package, replaced by an install
 # Columns an install rewrites on rows it keeps: every install recompiles each tool (sql/95_compile.sql),
 # so when and from what its function was generated is the install's, not the user's data.
