@@ -16,8 +16,13 @@ total and self microseconds per call of every agentdb function; robust to a busy
 Part 3, table size: the raw insert and the invoke again with reminders and bench_plain
 prefilled with --rows rows (half of them other users'), to see that the invoke stays flat.
 
+Part 4 (--callgrind K), instructions per call, which no other work on the machine changes: a
+single-user backend under valgrind's callgrind runs K and 2K calls of raw_plain, raw, invoke
+(add_reminder) and refused (an unknown tool: the envelope, step and audit rows only).
+
     python bench/breakdown.py                      # embedded server in a temp dir
     python bench/breakdown.py --rows 1000000 --dsn postgresql:///scratch
+    python bench/breakdown.py --rows 0 --n 50 --rounds 1 --profile 0 --callgrind 60
 
 Needs a superuser (track_functions, pg_stat_reset). See bench/invoke.py for the figures of
 issue 12 (ratios, CPU per call, delay, clients); this one is for finding the next thing to fix.
@@ -36,6 +41,7 @@ import psycopg
 from common import (
     add_common_args,
     bench_server,
+    callgrind_counts,
     facts,
     load_line,
     prepare_reminders,
@@ -125,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=200, help="timed calls per rung")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", type=int, default=200, help="invokes attributed in part 2 (0: skip)")
+    ap.add_argument("--callgrind", type=int, default=0, metavar="K",
+                    help="part 4: instructions per call from K and 2K calls under callgrind (0: skip)")
     args = ap.parse_args(argv)
 
     report: dict = {"params": vars(args) | {"dsn": None}}
@@ -164,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             report["sized"] = ladder(b, sized, args.n, args.rounds)
             report["rows_at_end"] = conn.execute("SELECT count(*) FROM public.reminders").fetchone()[0]
 
+    if args.callgrind:
+        report["callgrind"] = callgrind_counts(["raw_plain", "raw", "invoke", "refused"], args.callgrind)
     print_report(report)
     write_report(report, args.json)
     return 0
@@ -183,6 +193,12 @@ def print_report(report: dict) -> None:
               f"({report['rows_at_end']:,} in reminders at the end)")
         for name, ms in report["sized"].items():
             print(f"  {name:<40} {ms:7.3f}   (empty: {report['ladder'][name]:7.3f})")
+    if "callgrind" in report:
+        cg = report["callgrind"]
+        print(f"\npart 4: instructions per call (callgrind, single-user backend, {p['callgrind']} calls)")
+        for name, ins in cg.items():
+            print(f"  {name:<12} {ins / 1e6:6.3f} M   {ins / cg['raw_plain']:5.2f}x raw_plain   "
+                  f"{ins / cg['raw']:5.2f}x raw")
 
 
 if __name__ == "__main__":

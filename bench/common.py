@@ -280,6 +280,157 @@ def track_functions(conn: psycopg.Connection) -> Iterator:
         conn.execute("RESET track_functions")
 
 
+# pg_stat_statements loaded (embedded server: set at its start; track stays 'none' except while
+# server_counts counts) and every function timed: the load-independent side of a benchmark.
+COUNT_SETTINGS = {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track": "none",
+                  "pg_stat_statements.max": "10000"}
+
+
+def counts_available(conn: psycopg.Connection) -> bool:
+    """Whether server_counts can count here: pg_stat_statements preloaded (the embedded server
+    started with COUNT_SETTINGS, or a --dsn server configured so) and a superuser connection."""
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("SELECT 1 FROM pg_stat_statements LIMIT 1")
+        return bool(conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0])
+    except psycopg.Error:
+        return False
+
+
+def server_counts(conn: psycopg.Connection, workloads: dict, n: int) -> dict[str, dict]:
+    """What the server does per call of each workload (a callable running one call on conn), from
+    n calls counted with pg_stat_statements (track = all) and track_functions = 'all':
+    statements (top-level + nested), PL/pgSQL and SQL function calls, executor time per call, and
+    the backend's CPU per call in the same pass. The counts do not depend on the machine's load;
+    the times do, less than wall latency (no client, no commit wait in the executor time)."""
+    cpu = BackendCpu(conn)
+    out = {}
+    for name, fn in workloads.items():
+        for _ in range(min(n, 20)):  # plans and caches as in the timed rounds
+            fn()
+        conn.execute("SELECT pg_stat_statements_reset()")
+        conn.execute("SELECT pg_stat_reset()")
+        conn.execute("SET pg_stat_statements.track = 'all'")
+        conn.execute("SET track_functions = 'all'")
+        c0 = cpu.read()
+        for _ in range(n):
+            fn()
+        c1 = cpu.read()
+        conn.execute("RESET track_functions")
+        conn.execute("RESET pg_stat_statements.track")
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        time.sleep(0.3)
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        top, nested, exec_ms = conn.execute(
+            "SELECT coalesce(sum(calls) FILTER (WHERE toplevel), 0), "
+            "coalesce(sum(calls) FILTER (WHERE NOT toplevel), 0), "
+            "coalesce(sum(total_exec_time) FILTER (WHERE toplevel), 0) FROM pg_stat_statements "
+            "WHERE query !~* '(pg_stat|track_functions|pg_stat_statements[.]track)'"
+        ).fetchone()
+        funcs = conn.execute(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE schemaname LIKE 'agentdb%%'"
+        ).fetchone()[0]
+        out[name] = {
+            "statements_per_call": float(top + nested) / n,
+            "nested_statements_per_call": float(nested) / n,
+            "function_calls_per_call": float(funcs) / n,
+            "exec_ms_per_call": float(exec_ms) / n,
+        } | ({"cpu_ms_per_call": (c1 - c0) * 1000 / n} if cpu.available else {})
+    return out
+
+
+def print_counts(title: str, counts: dict[str, dict]) -> None:
+    print(f"\n  {title}")
+    print(f"  {'workload':<12} {'stmts':>7} {'nested':>7} {'funcs':>7} {'exec ms':>8} {'cpu ms':>8}")
+    for name, c in counts.items():
+        cpu = f"{c['cpu_ms_per_call']:8.3f}" if "cpu_ms_per_call" in c else f"{'-':>8}"
+        print(f"  {name:<12} {c['statements_per_call']:>7.1f} {c['nested_statements_per_call']:>7.1f} "
+              f"{c['function_calls_per_call']:>7.1f} {c['exec_ms_per_call']:>8.3f} {cpu}")
+
+
+# The callgrind count: one single-user backend, so nothing else on the machine changes it.
+CALLGRIND_SETUP = """
+CREATE TABLE public.bench_cg_tasks (n integer PRIMARY KEY, id uuid NOT NULL);
+INSERT INTO public.bench_cg_tasks
+SELECT g, agentdb.begin_task('bench-user', 'bench', 'bench', authenticated => true)
+  FROM generate_series(1, %s) AS g;
+"""
+CALLGRIND_PREPARE = (
+    "PREPARE bench_invoke(integer, text, jsonb, text) AS SELECT agentdb.invoke("
+    "(SELECT t.id FROM public.bench_cg_tasks AS t WHERE t.n = $1), $2, $3, call_id => $4);",
+    "PREPARE bench_raw(text, text) AS INSERT INTO public.reminders (user_id, content, remind_at) "
+    "VALUES ($1, $2, timestamptz '2035-01-01') RETURNING *;",
+    "PREPARE bench_raw_plain(text, text) AS INSERT INTO public.bench_plain (user_id, content, remind_at) "
+    "VALUES ($1, $2, timestamptz '2035-01-01') RETURNING *;",
+)
+
+
+def callgrind_call(workload: str, j: int) -> str:
+    """Call j of a callgrind workload, one line (postgres --single runs a line per statement):
+    raw_plain, raw, invoke (add_reminder, 10 calls per task) or refused (an unknown tool)."""
+    if workload in ("raw_plain", "raw"):
+        return f"EXECUTE bench_{workload}('bench-user', 'cg {j}');"
+    tool = "add_reminder" if workload == "invoke" else "no_such_tool"
+    at = f"2035-01-01T{j // 60 % 24:02d}:{j % 60:02d}:00+00"
+    args = json.dumps({"content": f"cg {j}", "remind_at": at})
+    return f"EXECUTE bench_invoke({j // 10 + 1}, '{tool}', '{args}', 'c{j}');"
+
+
+def callgrind_counts(workloads: list[str], k: int) -> dict[str, float]:
+    """Instructions per call of each workload (callgrind_call), a count that does not depend on
+    the machine's load: an embedded server in a temporary dir gets agentdb and the benchmark
+    tables, is stopped, and `postgres --single` runs k and then 2k calls under valgrind
+    --tool=callgrind (fsync and jit off); per call = (instructions of 2k - of k) / k, so start-up
+    and first-call planning cancel out. Needs valgrind. Each workload writes new rows."""
+    from pyagentdb.server import start_embedded
+
+    if not shutil.which("valgrind"):
+        raise SystemExit("--callgrind needs valgrind on PATH")
+    tmp = tempfile.mkdtemp(prefix="pyagentdb-bench-callgrind-")
+    pgdata = os.path.join(tmp, "pg")
+    try:
+        target = start_embedded(pgdata)
+        with psycopg.connect(target.dsn, autocommit=True) as conn:
+            install.upgrade(target.dsn)
+            prepare_reminders(conn, ["bench-user"], 0)
+            conn.execute(CALLGRIND_SETUP % (3 * k * len(workloads) // 10 + 10))
+            dbname = conn.info.dbname
+        _stop_embedded(pgdata)
+        datadir = next(d for d in (pgdata, os.path.join(pgdata, "data"))
+                       if os.path.exists(os.path.join(d, "PG_VERSION")))
+        owner = Path(datadir).owner()
+        postgres = Path(_pg_bin()) / "postgres"
+        os.chmod(tmp, 0o777)  # the data dir's owner writes callgrind's output there
+        done, out = 0, {}
+        for name in workloads:
+            counts = []
+            for n in (k, 2 * k):
+                calls = (callgrind_call(name, j) for j in range(done, done + n))
+                script = "\n".join([*CALLGRIND_PREPARE, *calls])
+                done += n
+                result = os.path.join(tmp, f"callgrind.{name}.{n}")
+                cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={result}", str(postgres),
+                       "--single", "-D", datadir, "-c", "fsync=off", "-c", "jit=off", dbname]
+                if os.geteuid() == 0:  # postgres refuses to run as root
+                    cmd = ["runuser", "-u", owner, "--", *cmd]
+                ran = subprocess.run(cmd, input=script + "\n", capture_output=True, text=True)
+                found = [line for line in ran.stderr.splitlines() if "Collected :" in line]
+                if ran.returncode != 0 or not found or "ERROR:" in ran.stdout:
+                    raise SystemExit(f"callgrind run of {name} failed:\n"
+                                     f"{ran.stderr[-2000:]}{ran.stdout[-2000:]}")
+                counts.append(int(found[-1].split(":")[-1]))
+            out[name] = (counts[1] - counts[0]) / k
+        return out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _pg_bin() -> str:
+    from pyagentdb.server import _quiet_import_embedded
+
+    return str(Path(_quiet_import_embedded().__file__).parent / "pginstall" / "bin")
+
+
 def print_function_times(title: str, rows: list[dict]) -> None:
     print(f"\n{title} (us per call, track_functions):")
     for r in rows:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import threading
@@ -41,15 +42,19 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 from common import (
+    COUNT_SETTINGS,
     BackendCpu,
     add_common_args,
     bench_server,
+    counts_available,
     facts,
     load_line,
     pct,
     prepare_reminders,
+    print_counts,
     proxied_dsn,
     select1_ms,
+    server_counts,
     write_report,
 )
 from psycopg.types.json import Jsonb
@@ -412,6 +417,17 @@ def print_report(report: dict) -> None:
         print(f"  {k:<36} {v:6.2f}x")
     for k, v in report["summary"]["aims_met"].items():
         print(f"  aim {k:<40} {'met' if v else 'NOT met'}")
+    if "counts" in report:
+        c = {k: v for k, v in report["counts"].items() if not k.startswith("_")}
+        print_counts(f"server work per call ({report['counts']['_n']} more calls each, counted: "
+                     "pg_stat_statements, track_functions; counts do not depend on the load):", c)
+        if "invoke" in c and "raw_plain" in c:
+            inv, raw = c["invoke"], c["raw_plain"]
+            stmts = inv["statements_per_call"] / raw["statements_per_call"]
+            print(f"  invoke / raw_plain: statements {stmts:.1f}x, "
+                  f"executor time {inv['exec_ms_per_call'] / raw['exec_ms_per_call']:.2f}x")
+    end = " ".join(str(x) for x in report.get("loadavg_end", []))
+    print(f"  load average at the end: {end}")
     if "rounds" in report and report["rounds"] and "_rows_in_reminders" in report["rounds"][0]:
         print("\n  per round (rows in reminders: invoke p50 / raw_plain p50 ms):")
         print(
@@ -458,10 +474,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--rows", type=int, default=0, help="prefill reminders and bench_plain with this many rows"
     )
+    ap.add_argument(
+        "--counts",
+        type=int,
+        default=200,
+        metavar="N",
+        help="one client: after the rounds, N more calls per workload counted by pg_stat_statements "
+        "and track_functions (statements, function calls, executor and CPU time per call; 0: skip)",
+    )
     args = ap.parse_args(argv)
 
     users = [BENCH_USER] if args.clients <= 1 else [f"{BENCH_USER}-{i}" for i in range(args.clients)]
-    with bench_server(args.dsn, "invoke") as srv, srv.connect() as setup:
+    counts: dict | None = None
+    with bench_server(args.dsn, "invoke", settings=COUNT_SETTINGS) as srv, srv.connect() as setup:
         prepare_reminders(setup, users, args.rows)
         bench_dsn, proxy = proxied_dsn(srv.dsn, args.one_way_ms) if args.one_way_ms > 0 else (srv.dsn, None)
         try:
@@ -472,6 +497,8 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     w = Workloads(conn, BENCH_USER, args.tool, args.calls_per_task, args.bulk_rows, setup)
                     results = run_rounds(w, args)
+                    if args.counts and counts_available(conn):
+                        counts = server_counts(conn, {name: getattr(w, name) for name in MAIN}, args.counts)
                     if w.bad:
                         print(
                             f"invoke did not succeed {len(w.bad)} time(s); first receipt:\n"
@@ -501,7 +528,10 @@ def main(argv: list[str] | None = None) -> int:
                     },
                     "rounds": results,
                     "summary": summarise(results, clients=args.clients, delay=args.one_way_ms),
+                    "loadavg_end": [round(x, 2) for x in os.getloadavg()],
                 }
+                if counts:
+                    report["counts"] = counts | {"_n": args.counts}
         finally:
             if proxy:
                 proxy.close()

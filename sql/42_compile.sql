@@ -101,10 +101,14 @@ $$;
 -- What a compiled tool was compiled from: its own definition, the target's
 -- name and columns (types, modifiers, defaults, identity), whether it has
 -- column triggers, how it is watched, and the conflict check's name and settings. Any change
--- makes the compiled code stale.
+-- makes the compiled code stale. The search_path is pinned, here and in
+-- compile_tool: a table's name (regclass as text) is then always schema-
+-- qualified, whoever calls (the install's own session included, whose
+-- search_path would drop "public.").
 CREATE OR REPLACE FUNCTION agentdb_private.tool_signature(p_tool agentdb_private.tools)
 RETURNS text
 LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN md5(concat_ws(chr(30),
@@ -899,21 +903,46 @@ AS $$
         || '    END LOOP;' || chr(10) || 'END' || chr(10)
 $$;
 
+-- The source of a tool's compiled function (or of the dispatcher, '_run'),
+-- NULL when there is none.
+CREATE OR REPLACE FUNCTION agentdb_private.compiled_source(p_name text)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT p.prosrc FROM pg_catalog.pg_proc AS p
+     WHERE p.oid = to_regprocedure(CASE WHEN p_name = '_run'
+         THEN 'agentdb_tools._run(text, text, jsonb, integer, bigint, text, boolean, text)'
+         ELSE format('agentdb_tools.%I(text, jsonb, integer, bigint, text, boolean, text)', p_name) END)
+$$;
+
 -- Compile one tool: check what it names still exists, generate its function,
--- record the signature it was compiled from. Raises (with the reason) when the
+-- record the signature it was compiled from; true. When the function in place
+-- is exactly the code generated, from the same signature, nothing is done:
+-- false. Raises (with the reason) when the
 -- tool cannot be compiled; register_tool then fails, the event trigger marks
 -- the tool stale. p_dispatch: also regenerate agentdb_tools._run (a new tool).
+-- (Earlier versions returned void.)
+DO $old$
+BEGIN
+    IF (SELECT p.prorettype FROM pg_catalog.pg_proc AS p
+         WHERE p.oid = to_regprocedure('agentdb_private.compile_tool(text, boolean)')) = 'pg_catalog.void'::regtype THEN
+        DROP FUNCTION agentdb_private.compile_tool(text, boolean);
+    END IF;
+END
+$old$;
 CREATE OR REPLACE FUNCTION agentdb_private.compile_tool(p_name text, p_dispatch boolean DEFAULT true)
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_tool agentdb_private.tools;
     v_cols jsonb;
     v_missing text;
     v_was text := current_setting('agentdb.compiling', true);
+    v_body text;
     v_sig text;
-    v_at timestamptz;
+    v_at timestamptz := clock_timestamp();
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('agentdb compile', 0));
     SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = p_name;
@@ -937,6 +966,14 @@ BEGIN
     IF v_tool.conflict_check IS NOT NULL THEN
         PERFORM agentdb_private.check_search_path(v_tool.conflict_check, p_name);
     END IF;
+    v_body := agentdb_private.compile_body(v_tool, v_cols);
+    v_sig := agentdb_private.tool_signature(v_tool);
+    -- The code in place is what would be generated, from the same signature:
+    -- nothing to do (an install, or a register_tool that changed nothing).
+    IF v_tool.stale_reason IS NULL AND v_tool.compiled_sig IS NOT DISTINCT FROM v_sig
+       AND agentdb_private.compiled_source(p_name) IS NOT DISTINCT FROM v_body THEN
+        RETURN false;
+    END IF;
     -- The DDL below must not wake the event trigger (it would compile again).
     PERFORM set_config('agentdb.compiling', 'on', true);
     -- Another signature of this tool's function (an older compiler's) goes.
@@ -947,27 +984,33 @@ BEGIN
     END LOOP;
     EXECUTE format('CREATE OR REPLACE FUNCTION agentdb_tools.%I(p_user text, p_args jsonb, p_expect_rows integer, '
                    'p_version bigint, p_call text, p_dry boolean, p_lang text) RETURNS jsonb LANGUAGE plpgsql AS %L',
-                   p_name, agentdb_private.compile_body(v_tool, v_cols));
+                   p_name, v_body);
     EXECUTE format('REVOKE ALL ON FUNCTION agentdb_tools.%I(text, jsonb, integer, bigint, text, boolean, text) FROM PUBLIC', p_name);
     IF p_dispatch THEN
         PERFORM agentdb_private.compile_dispatch();
     END IF;
     PERFORM set_config('agentdb.compiling', coalesce(v_was, ''), true);
-    -- Values, not calls, in the SET list: on Citus (tools is a reference table)
-    -- an UPDATE takes no VOLATILE function.
-    v_sig := agentdb_private.tool_signature(v_tool);
-    v_at := clock_timestamp();
+    -- compiled_at: when the tool was compiled from what it is now. New code
+    -- from the same signature (a newer compiler) keeps it. Values, not calls,
+    -- in the SET list: on Citus (tools is a reference table) an UPDATE takes
+    -- no VOLATILE function.
     UPDATE agentdb_private.tools AS t
-       SET compiled_sig = v_sig, compiled_at = v_at, stale_reason = NULL
+       SET compiled_sig = v_sig, stale_reason = NULL,
+           compiled_at = CASE WHEN t.compiled_at IS NOT NULL AND t.stale_reason IS NULL
+                                   AND t.compiled_sig IS NOT DISTINCT FROM v_sig
+                              THEN t.compiled_at ELSE v_at END
      WHERE t.name = p_name;
+    RETURN true;
 END
 $$;
 
 -- Regenerate agentdb_tools._run: one static call per compiled tool.
--- A CASE over the names, so the call is planned once per session.
+-- A CASE over the names, so the call is planned once per session. Left as it
+-- is when its code would not change.
 CREATE OR REPLACE FUNCTION agentdb_private.compile_dispatch()
 RETURNS void
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_was text := current_setting('agentdb.compiling', true);
@@ -980,12 +1023,16 @@ BEGIN
       INTO v_cases
       FROM agentdb_private.tools AS t
      WHERE to_regprocedure(format('agentdb_tools.%I(text, jsonb, integer, bigint, text, boolean, text)', t.name)) IS NOT NULL;
+    v_cases := 'BEGIN' || chr(10)
+        || coalesce('    CASE p_tool' || chr(10) || v_cases || chr(10) || '        ELSE RETURN NULL;' || chr(10)
+                    || '    END CASE;', '    RETURN NULL;') || chr(10) || 'END';
+    IF agentdb_private.compiled_source('_run') IS NOT DISTINCT FROM v_cases THEN
+        RETURN;
+    END IF;
     PERFORM set_config('agentdb.compiling', 'on', true);
     EXECUTE format('CREATE OR REPLACE FUNCTION agentdb_tools._run(p_tool text, p_user text, p_args jsonb, '
                    'p_expect_rows integer, p_version bigint, p_call text, p_dry boolean, p_lang text) RETURNS jsonb '
-                   'LANGUAGE plpgsql AS %L', 'BEGIN' || chr(10)
-                   || coalesce('    CASE p_tool' || chr(10) || v_cases || chr(10) || '        ELSE RETURN NULL;' || chr(10)
-                               || '    END CASE;', '    RETURN NULL;') || chr(10) || 'END');
+                   'LANGUAGE plpgsql AS %L', v_cases);
     REVOKE ALL ON FUNCTION agentdb_tools._run(text, text, jsonb, integer, bigint, text, boolean, text) FROM PUBLIC;
     PERFORM set_config('agentdb.compiling', coalesce(v_was, ''), true);
 END
@@ -1007,7 +1054,9 @@ $$;
 
 -- Recompile every tool whose signature changed since it was compiled; a tool
 -- that no longer compiles is marked stale with the reason (invoke refuses it).
--- p_all: recompile every tool (an install: the compiler itself may be new).
+-- p_all: every tool's code is generated again and replaced where it differs
+-- (an install: the compiler itself may be new); status 'unchanged' for the
+-- others, whose function and compiled_at stay as they are.
 CREATE OR REPLACE FUNCTION agentdb_private.compile_changed(p_all boolean DEFAULT false)
 RETURNS TABLE (tool text, status text)
 LANGUAGE plpgsql
@@ -1022,8 +1071,7 @@ BEGIN
         tool := v_tool.name;
         v_any := true;
         BEGIN
-            PERFORM agentdb_private.compile_tool(v_tool.name, false);
-            status := 'compiled';
+            status := CASE WHEN agentdb_private.compile_tool(v_tool.name, false) THEN 'compiled' ELSE 'unchanged' END;
         EXCEPTION WHEN OTHERS THEN
             status := 'stale: ' || SQLERRM;
             UPDATE agentdb_private.tools AS t SET stale_reason = SQLERRM WHERE t.name = v_tool.name;

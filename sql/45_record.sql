@@ -77,6 +77,7 @@ END
 $$;
 
 -- The receipt of one call, from its result (built once; record_step stores it).
+-- One expression, no query: the label and the verdict are spelled out where used.
 CREATE OR REPLACE FUNCTION agentdb_private.receipt(
     p_task agentdb_private.tasks, p_seq integer, p_tool_name text, p_tool agentdb_private.tools, p_call_id text,
     p_result jsonb
@@ -84,36 +85,37 @@ CREATE OR REPLACE FUNCTION agentdb_private.receipt(
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 AS $$
+DECLARE
+    v_label text := coalesce(CASE WHEN p_task.lang = 'en' THEN p_tool.label_en ELSE p_tool.label_zh END,
+                             CASE WHEN p_task.lang = 'en' THEN 'this action' ELSE '这个操作' END);
 BEGIN
-    RETURN (SELECT jsonb_build_object(
+    RETURN jsonb_build_object(
         'task_id', p_task.id,
         'seq', p_seq,
         'call_id', p_call_id,
         'tool', p_tool_name,
         'action', p_tool.action,
-        'label', x.label,
+        'label', v_label,
         'outcome', p_result ->> 'outcome',
         'refusal', p_result -> 'refusal',
-        'verified', x.ok,
+        'verified', p_result ->> 'outcome' = 'success' AND coalesce((p_result ->> 'verified')::boolean, false),
         'affected_rows', CASE WHEN p_result ->> 'outcome' = 'success'
                               THEN coalesce((p_result ->> 'affected_rows')::int, 0) ELSE 0 END,
         'attempts', coalesce((p_result ->> 'attempts')::int, 0),
         'key', p_result -> 'key',
         'row', p_result -> 'row',
         -- A compiled tool's success carries its sentence, made at compile time.
-        'detail', coalesce(p_result ->> 'detail', agentdb_private.detail_text(p_result, x.label, x.lang, p_tool.target))
-    ) || jsonb_strip_nulls(jsonb_build_object(
-        'field', p_result -> 'field',
-        'existing', p_result -> 'existing',
-        'conflict', p_result -> 'conflict',
-        'mismatched', p_result -> 'mismatched',
-        'expected_rows', p_result -> 'expected_rows',
-        'matched_rows', p_result -> 'matched_rows'))
-      FROM (SELECT coalesce(p_task.lang, 'zh') AS lang,
-                   coalesce(CASE WHEN p_task.lang = 'en' THEN p_tool.label_en ELSE p_tool.label_zh END,
-                            CASE WHEN p_task.lang = 'en' THEN 'this action' ELSE '这个操作' END) AS label,
-                   p_result ->> 'outcome' = 'success' AND coalesce((p_result ->> 'verified')::boolean, false) AS ok
-           ) AS x);
+        'detail', coalesce(p_result ->> 'detail',
+                           agentdb_private.detail_text(p_result, v_label, coalesce(p_task.lang, 'zh'), p_tool.target))
+    ) || CASE WHEN p_result ?| ARRAY['field', 'existing', 'conflict', 'mismatched', 'expected_rows', 'matched_rows']
+              THEN jsonb_strip_nulls(jsonb_build_object(
+                  'field', p_result -> 'field',
+                  'existing', p_result -> 'existing',
+                  'conflict', p_result -> 'conflict',
+                  'mismatched', p_result -> 'mismatched',
+                  'expected_rows', p_result -> 'expected_rows',
+                  'matched_rows', p_result -> 'matched_rows'))
+              ELSE '{}' END;
 END
 $$;
 

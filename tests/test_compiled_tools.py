@@ -105,6 +105,51 @@ def test_a_stale_tool_is_refused_without_the_event_trigger(reminders):
         reminders.execute("ALTER EVENT TRIGGER agentdb_ddl ENABLE")
 
 
+def _compiled_state(db, tool: str) -> tuple:
+    return one(db, """SELECT t.compiled_at, t.compiled_sig, p.xmin::text AS code_version, p.prosrc
+                        FROM agentdb_private.tools AS t JOIN pg_catalog.pg_proc AS p
+                          ON p.oid = to_regprocedure(format('agentdb_tools.%%I(text, jsonb, integer, bigint, '
+                                                            'text, boolean, text)', t.name))
+                       WHERE t.name = %s""", (tool,))
+
+
+def test_an_install_leaves_current_tools_alone(reminders):
+    """An install generates every tool's code again (sql/95_compile.sql): a tool whose code
+    comes out the same keeps its function and its compiled_at."""
+    from pyagentdb import install
+
+    before = _compiled_state(reminders, "add_reminder")
+    install.apply_sql(reminders)
+    after = _compiled_state(reminders, "add_reminder")
+    assert after == before
+    rows = reminders.execute("SELECT * FROM agentdb.compile_tools(every => true)").fetchall()
+    assert ("add_reminder", "unchanged") in rows
+    assert _compiled_state(reminders, "add_reminder") == before
+
+
+def test_an_install_session_compiles_schema_qualified_code(reminders):
+    """The installer's session has public on its search_path; invoke runs with pg_catalog only.
+    Code compiled at install must name the table with its schema, and its signature must be the
+    one invoke computes: without the event trigger (replica mode here, as for an installer that
+    is no superuser) nothing would compile it again."""
+    from pyagentdb import install
+
+    reminders.execute("ALTER TABLE public.reminders ADD COLUMN place text")  # the code must change
+    reminders.execute("SET session_replication_role = replica")  # no event trigger fires
+    try:
+        install.apply_sql(reminders)
+    finally:
+        reminders.execute("RESET session_replication_role")
+    state = _compiled_state(reminders, "add_reminder")
+    assert "public.reminders" in state["prosrc"]
+    assert state["compiled_sig"] == scalar(
+        reminders, "SELECT agentdb_private.tool_signature(t) FROM agentdb_private.tools AS t "
+                   "WHERE t.name = 'add_reminder'")
+    task = begin(reminders)
+    receipt = invoke(reminders, task, "add_reminder", {**ADD, "place": "gym"})
+    check_recorded(reminders, receipt, outcome="success")
+
+
 def test_an_update_of_trigger_fires_only_for_its_column(reminders):
     """A table with UPDATE OF triggers gets an update that names only the columns given."""
     reminders.execute("""

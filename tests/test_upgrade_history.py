@@ -40,9 +40,6 @@ TREES = ("migrations", "sql", "pyagentdb/install.py", "pyagentdb/resources.py")
 DERIVED = ("agentdb_private.claim_langs", "agentdb_private.claim_rules", "agentdb_private.fact_rules",
            "agentdb_private.install_log",
            "agentdb_private.messages")  # the catalogue: shipped by the package, replaced by an install
-# Columns an install rewrites on rows it keeps: every install recompiles each tool (sql/95_compile.sql),
-# so when and from what its function was generated is the install's, not the user's data.
-DERIVED_COLUMNS = {"agentdb_private.tools": ("compiled_at", "compiled_sig", "stale_reason")}
 # Tables a revision drops by design: the lock rows of the global chain stripes, unused since 0011 (0014).
 DROPPED = ("agentdb_private.chain_heads",)
 # Tables where revision 0014 gives rows of no user '' where they had NULL (Citus needs a value).
@@ -262,8 +259,7 @@ def _rows(conn) -> dict[str, list]:
             return """CASE WHEN to_jsonb(x) -> 'user_id' = 'null' THEN to_jsonb(x) || '{"user_id": ""}'
                            ELSE to_jsonb(x) END"""
         return "to_jsonb(x)"
-    return {table: _one(conn, f"SELECT coalesce(jsonb_agg({row(table)} - %s::text[]), '[]')"
-                              f" FROM {table} AS x", (list(DERIVED_COLUMNS.get(table, ())),))
+    return {table: _one(conn, f"SELECT coalesce(jsonb_agg({row(table)}), '[]') FROM {table} AS x")
             for table in _tables(conn)}
 
 
