@@ -367,11 +367,17 @@ def cmd_diff(args) -> int:
 
 
 def cmd_sql_check(args) -> int:
-    """The pglast guard's verdict on one statement (no server needed): exit 0 accepted, 1 refused."""
+    """The pglast guard's verdict on one statement: exit 0 accepted, 1 refused. With a database
+    (--dsn, --data-dir, $PYAGENTDB_DSN) it checks calls against that database's function
+    allow-list; with none, no server is needed and every function call is refused."""
     from . import sqlguard
 
     sql = sys.stdin.read() if args.statement == "-" else args.statement
-    verdict = sqlguard.check(sql)
+    if args.dsn or args.data_dir or os.environ.get("PYAGENTDB_DSN"):
+        with server.connect(_target(args)) as conn:
+            verdict = sqlguard.Guard(conn).check(sql)
+    else:
+        verdict = sqlguard.check(sql)
     if args.json:
         print(json.dumps(verdict.as_dict(), ensure_ascii=False))
     elif verdict.ok:

@@ -1,6 +1,6 @@
 """A second net for SQL written by an agent: parse it with pglast (PostgreSQL's own parser)
-and accept only one plain INSERT, UPDATE or DELETE on one table, with literal values and a
-small list of harmless functions.
+and accept only one plain INSERT, UPDATE or DELETE on one table, with literal values and the
+functions of run_sql's allow-list, which lives in the database (agentdb.sql_function_list()).
 
 The boundary is in the database, not here: `agentdb.run_sql` plans the statement as the
 NOLOGIN role `agentdb_sql_writer` (privileges on the tables enabled with `agentdb.allow_sql`
@@ -14,12 +14,18 @@ with a reason the model can act on, and catches what the database side does not 
     >>> r = check("UPDATE public.notes SET done = true WHERE id = 7")
     >>> r.ok, r.statement_kind, r.table
     (True, 'update', 'public.notes')
+    >>> check("UPDATE public.notes SET body = lower(body) WHERE id = 7").code  # no list: fail closed
+    'no_function_list'
+
+With a connection, Guard(conn).check(sql) reads the list from the database (once, kept with a
+refresh rule: see Guard); run_sql() does that itself.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,25 +37,6 @@ MAX_SQL_CHARS = 20_000
 # Parse trees bigger than this are refused: an agent's single-row write is far smaller.
 MAX_NODES = 20_000
 
-# Functions a statement may call: deterministic or time functions with no side effects and no
-# access to other data. Unqualified or pg_catalog-qualified only. coalesce, nullif, greatest,
-# least, CASE and casts are not functions in the parse tree and are always allowed. SQL forms
-# call some of these: EXTRACT(... FROM ...) is extract, POSITION(... IN ...) position, TRIM(...)
-# btrim/ltrim/rtrim, OVERLAY(...) overlay, SUBSTRING(... FROM ...) substring, AT TIME ZONE
-# timezone, SIMILAR TO similar_to_escape, OVERLAPS overlaps. The database enforces the same
-# list (agentdb_private.sql_allowed_functions(), compared by tests/test_sqlguard.py).
-ALLOWED_FUNCTIONS = frozenset({
-    "now", "clock_timestamp", "statement_timestamp", "transaction_timestamp",
-    "date_trunc", "date_part", "extract", "make_date", "make_time", "make_timestamp",
-    "make_timestamptz", "make_interval", "to_timestamp", "to_date", "to_char", "to_number",
-    "timezone", "overlaps", "age", "justify_days", "justify_hours", "justify_interval", "isfinite",
-    "lower", "upper", "initcap", "btrim", "ltrim", "rtrim", "length", "char_length",
-    "substr", "substring", "left", "right", "replace", "concat", "concat_ws", "lpad", "rpad",
-    "position", "strpos", "overlay", "similar_to_escape", "split_part", "translate", "reverse",
-    "starts_with", "regexp_replace", "md5",
-    "abs", "round", "trunc", "floor", "ceil", "ceiling", "mod", "sign",
-    "gen_random_uuid",
-})
 # How the model wrote a function that PostgreSQL's grammar spells as SQL (funcformat
 # COERCE_SQL_SYNTAX), for refusals: "COLLATION FOR (...) is not allowed", not pg_collation_for.
 SQL_SYNTAX_NAMES = {
@@ -60,10 +47,6 @@ SQL_SYNTAX_NAMES = {
     "system_user": "SYSTEM_USER", "pg_collation_for": "COLLATION FOR (...)",
     "is_normalized": "IS NORMALIZED", "normalize": "NORMALIZE(...)", "xmlexists": "XMLEXISTS(...)",
 }
-# Schema-qualified functions that are allowed as well: the task's own user id, for
-# owner-scoped tables (`INSERT ... VALUES (agentdb.sql_user(), ...)`).
-ALLOWED_QUALIFIED = frozenset({("agentdb", "sql_user")})
-
 # CURRENT_DATE, CURRENT_TIMESTAMP, LOCALTIME ... (not CURRENT_USER and friends).
 ALLOWED_SQL_VALUE_FUNCTIONS = frozenset({
     "SVFOP_CURRENT_DATE", "SVFOP_CURRENT_TIME", "SVFOP_CURRENT_TIME_N",
@@ -134,6 +117,32 @@ class GuardResult:
             "statement_kind": self.statement_kind, "table": self.table,
             "schema": self.schema, "relname": self.relname, "functions": list(self.functions),
         }
+
+
+@dataclass(frozen=True)
+class Functions:
+    """run_sql's function allow-list as the database holds it (agentdb.sql_function_list(),
+    read by sql_functions()): the calls a statement may write as schema.name, the names it may
+    write unqualified, and every name in the database's order (for the tool description)."""
+
+    qualified: frozenset[tuple[str, str]]
+    bare: frozenset[str]
+    names: tuple[str, ...] = ()
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[str, str, bool]]) -> Functions:
+        """From (schema_name, function_name, unqualified) rows, in the order to name them."""
+        rows = list(rows)
+        return cls(frozenset((schema, name) for schema, name, _ in rows),
+                   frozenset(name for _, name, unqualified in rows if unqualified),
+                   tuple(dict.fromkeys(name if schema == "pg_catalog" else f"{schema}.{name}"
+                                       for schema, name, _ in rows)))
+
+    def allows(self, parts: list[str]) -> bool:
+        """Whether a call written as `parts` (["lower"], ["pg_catalog", "lower"]) is on the list."""
+        if len(parts) == 2:
+            return (parts[0], parts[1]) in self.qualified
+        return len(parts) == 1 and parts[0] in self.bare
 
 
 class _Refused(Exception):
@@ -256,7 +265,7 @@ def _source_at(sql: str, body: dict) -> str:
     return re.match(r"[^\n(]*\(?", text).group(0).strip()
 
 
-def _check_function(sql: str, body: dict, extra: frozenset[str]) -> str:
+def _check_function(sql: str, body: dict, functions: Functions | None) -> str:
     parts = _strings(body.get("funcname"))
     name = ".".join(parts)
     written = _written(sql, body, name)
@@ -265,14 +274,11 @@ def _check_function(sql: str, body: dict, extra: frozenset[str]) -> str:
         raise _Refused("function_call", f"aggregate or window function {name}() is not allowed")
     if body.get("func_variadic"):
         raise _Refused("function_call", f"VARIADIC call of {name}() is not allowed")
-    if len(parts) == 1 and parts[0] in ALLOWED_FUNCTIONS:
+    if functions is None:
+        raise _Refused("no_function_list", f"{written} cannot be checked without the database's function "
+                                           "allow-list (sqlguard.Guard(conn), or sql-check --dsn)")
+    if functions.allows(parts):
         return name
-    if len(parts) == 2 and parts[0] == "pg_catalog" and parts[1] in ALLOWED_FUNCTIONS:
-        return name
-    if len(parts) == 2 and (parts[0], parts[1]) in ALLOWED_QUALIFIED:
-        return name
-    if name in extra or len(parts) == 1 and any(e.rsplit(".", 1)[-1] == parts[0] for e in extra):
-        return name  # a DBA's addition (agentdb.sql_functions); the database checks its signature
     raise _Refused("function_call", f"{written} is not allowed here; only simple value functions such as "
                                     "now(), lower(), upper(), trim(), round() or coalesce() may be used")
 
@@ -337,8 +343,8 @@ def _check_statement(kind: str, stmt: dict) -> None:
     _check_returning(stmt)
 
 
-def _check_expressions(sql: str, stmt: dict, extra: frozenset[str]) -> tuple[str, ...]:
-    functions: list[str] = []
+def _check_expressions(sql: str, stmt: dict, functions: Functions | None) -> tuple[str, ...]:
+    called: list[str] = []
     count = 0
     for name, body in _walk({k: v for k, v in stmt.items() if k != "relation"}):
         count += 1
@@ -352,7 +358,7 @@ def _check_expressions(sql: str, stmt: dict, extra: frozenset[str]) -> tuple[str
         if name in ("RangeVar", "JoinExpr", "RangeSubselect"):
             raise _Refused("other_table", "only the target table may appear in the statement")
         if name == "FuncCall":
-            functions.append(_check_function(sql, body, extra))
+            called.append(_check_function(sql, body, functions))
         elif name == "SQLValueFunction":
             if body.get("op") not in ALLOWED_SQL_VALUE_FUNCTIONS:
                 what = body.get("op", "?").removeprefix("SVFOP_")
@@ -370,7 +376,7 @@ def _check_expressions(sql: str, stmt: dict, extra: frozenset[str]) -> tuple[str
         elif name not in ALLOWED_NODES:
             what = _NODE_TEXT.get(name) or _source_at(sql, body) or name
             raise _Refused("unsupported", f"{what} is not supported in an agent's statement")
-    return tuple(dict.fromkeys(functions))
+    return tuple(dict.fromkeys(called))
 
 
 def _values(stmt: dict) -> dict | None:
@@ -378,12 +384,12 @@ def _values(stmt: dict) -> dict | None:
     return typed[1] if typed else None
 
 
-def check(sql: Any, *, functions: Iterable[str] = ()) -> GuardResult:
+def check(sql: Any, *, functions: Functions | None = None) -> GuardResult:
     """Accept exactly one plain INSERT/UPDATE/DELETE of one table, or say why not.
 
-    `functions`: schema-qualified names (``"public.slugify"``) a DBA added to the allow-list
-    (agentdb.allow_sql_function; read them with sql_functions()). A call of one, qualified or
-    not, is accepted here; the database checks its exact signature."""
+    `functions`: run_sql's function allow-list as the database holds it (sql_functions(conn),
+    or a Guard, which reads and keeps it). Without it the guard cannot tell an allowed call from
+    another, so it refuses every function call (`no_function_list`): it never guesses."""
     kind = None
     try:
         if not isinstance(sql, str):
@@ -418,10 +424,88 @@ def check(sql: Any, *, functions: Iterable[str] = ()) -> GuardResult:
         relation = stmt.get("relation") or {}
         schema, relname, table = _check_target(relation)
         _check_statement(kind, stmt)
-        called = _check_expressions(sql, stmt, frozenset(functions))
+        called = _check_expressions(sql, stmt, functions)
     except _Refused as refused:
         return GuardResult(False, refused.reason, refused.code, kind)
     return GuardResult(True, f"one {kind.upper()} of {table}", None, kind, table, schema, relname, called)
+
+
+# -- the allow-list, read from the database -------------------------------------------------------
+
+
+def _client(source: Any):
+    """A pyagentdb Client for a Client, a psycopg connection or a pool."""
+    from .client import Client
+
+    return source if isinstance(source, Client) else Client(source)
+
+
+def sql_functions(source: Any) -> Functions:
+    """run_sql's function allow-list from agentdb.sql_function_list() (the built-in list, the
+    DBA's additions and agentdb.sql_user()), through a Client or a psycopg connection or pool.
+    Read afresh on every call; a Guard keeps it."""
+    with _client(source)._cursor() as cur:
+        cur.execute("SELECT f.schema_name, f.function_name, f.unqualified"
+                    " FROM agentdb.sql_function_list() AS f ORDER BY f.ordinal")
+        return Functions.from_rows(cur.fetchall())
+
+
+class _Kept:
+    """The allow-list one connection or pool last read; shared by every Guard over it."""
+
+    functions: Functions | None = None
+
+
+_KEPT: weakref.WeakKeyDictionary[Any, _Kept] = weakref.WeakKeyDictionary()
+
+
+class Guard:
+    """check() against the allow-list of the database behind `source` (a Client, a psycopg
+    connection or pool). The list is kept per connection (or pool): every Guard over it shares
+    it. When it is read:
+
+    - at the first check;
+    - again, once, before the guard refuses a call the kept list does not allow (a DBA may have
+      just added the function);
+    - after forget(): run_sql() calls it when the database refused (function_not_allowed) a
+      statement the guard had passed (a DBA may have just removed a function);
+    - on refresh() (exposed_tool() reads it so, for the description and the guard alike).
+
+    If it cannot be read (an install without agentdb.sql_function_list(), or a role that may
+    not read it), nothing is kept and every function call is refused (`no_function_list`)."""
+
+    def __init__(self, source: Any):
+        self.client = _client(source)
+        try:
+            self._kept = _KEPT.setdefault(self.client._source, _Kept())
+        except TypeError:  # a source that cannot be weakly referenced: this guard keeps its own
+            self._kept = _Kept()
+
+    def functions(self) -> Functions | None:
+        """The kept list (read first if there is none)."""
+        return self._kept.functions or self.refresh()
+
+    def refresh(self) -> Functions | None:
+        """Read the list again and keep it."""
+        import psycopg
+
+        try:
+            self._kept.functions = sql_functions(self.client)
+        except (psycopg.errors.UndefinedFunction, psycopg.errors.InsufficientPrivilege):
+            self._kept.functions = None
+        return self._kept.functions
+
+    def forget(self) -> None:
+        """Drop the kept list: the next check reads it again."""
+        self._kept.functions = None
+
+    def check(self, sql: Any) -> GuardResult:
+        """check(sql) with the database's list (see the class for when it is read)."""
+        kept = self._kept.functions
+        verdict = check(sql, functions=self.functions())
+        if kept is not None and verdict.code in ("function_call", "no_function_list"):
+            verdict = check(sql, functions=self.refresh())
+        return verdict
 
 
 # -- the run_sql tool ---------------------------------------------------------------------------
@@ -438,13 +522,11 @@ def run_sql(client: Any, task: Any, sql: str, expect_rows: int | None, *, call_i
     `client` is a pyagentdb Client or a psycopg connection/pool. `timeout` bounds the whole call
     (statement_timeout applies to the top-level statement only, so it is set here, by the caller).
     """
-    from .client import Client, Receipt
+    from .client import Receipt
 
-    if not isinstance(client, Client):
-        client = Client(client)
-    verdict = check(sql)
-    if verdict.code == "function_call":  # perhaps a function the DBA added: read the list once
-        verdict = check(sql, functions=sql_functions(client))
+    client = _client(client)
+    guard = Guard(client)
+    verdict = guard.check(sql)
     text = sql if isinstance(sql, str) else repr(sql)
     text = text[:MAX_SQL_CHARS].replace("\x00", "")
     with client._cursor() as cur:
@@ -462,6 +544,8 @@ def run_sql(client: Any, task: Any, sql: str, expect_rows: int | None, *, call_i
                 (str(task), text, f"{verdict.code}: {verdict.reason}", call_id, reason, expect_rows),
             )
         data = cur.fetchone()[0]
+    if verdict.ok and data.get("refusal") == "function_not_allowed":
+        guard.forget()  # the database knows a list the guard did not: read it again next time
     return Receipt.from_json(data)
 
 
@@ -469,33 +553,17 @@ def run_sql(client: Any, task: Any, sql: str, expect_rows: int | None, *, call_i
 
 TOOL_NAME = "run_sql"
 _MAX_DESCRIPTION = 1024  # the OpenAI limit for a function's description
-_MAX_ADDED = 200  # of it, at most for the names of functions a DBA added
+_MAX_FUNCTIONS = 240  # of it, at most for the names of the functions a statement may call
 
 
 def sql_tables(source: Any) -> list[dict]:
     """Rows of agentdb.sql_tables (the tables run_sql may write) from a Client, a psycopg
     connection or pool, or rows already read."""
-    from .client import Client
-
     if isinstance(source, (list, tuple)):
         return [dict(row) for row in source]
-    client = source if isinstance(source, Client) else Client(source)
-    with client._cursor() as cur:
+    with _client(source)._cursor() as cur:
         cur.execute("SELECT to_jsonb(t) FROM agentdb.sql_tables AS t ORDER BY t.table_name")
         return [row[0] for row in cur.fetchall()]
-
-
-def sql_functions(source: Any) -> tuple[str, ...]:
-    """The functions a DBA added to run_sql's allow-list (agentdb.sql_functions), as
-    schema-qualified names for check(..., functions=...), from a Client or a psycopg connection
-    or pool."""
-    from .client import Client
-
-    client = source if isinstance(source, Client) else Client(source)
-    with client._cursor() as cur:
-        cur.execute("SELECT DISTINCT schema_name || '.' || function_name FROM agentdb.sql_functions "
-                    "WHERE present ORDER BY 1")
-        return tuple(row[0] for row in cur.fetchall())
 
 
 def _table_line(row: dict) -> str:
@@ -511,19 +579,22 @@ def exposed_tool(source: Any):
     from .schemas import ExposedTool
 
     rows = sql_tables(source)
-    # The functions a DBA added (agentdb.sql_functions), when read from the database: as many
-    # as fit in _MAX_ADDED characters, so that the tables keep their room.
-    added = ""
-    for name in () if isinstance(source, (list, tuple)) else sql_functions(source):
-        if len(added) + len(name) + 4 > _MAX_ADDED:
+    # The allow-list the guard checks with (read afresh, and kept for it): as many names as fit
+    # in _MAX_FUNCTIONS characters, in the database's order (the DBA's additions first), so
+    # that the tables keep their room. Rows already read say nothing of it: no function then.
+    functions = None if isinstance(source, (list, tuple)) else Guard(source).refresh()
+    named = ""
+    for name in functions.names if functions else ():
+        if len(named) + len(name) + 4 > _MAX_FUNCTIONS:
+            named += ", …"
             break
-        added += f", {name}()"
+        named += f", {name}()"
+    calls = f"functions only {named[2:]}" if named else "no function calls"
     head = ("Change data with ONE SQL statement: a single INSERT, UPDATE or DELETE of one of these "
             "tables: ")
     rules = (". Literal values only; UPDATE/DELETE need a WHERE naming the rows; no subqueries, joins, "
-             "WITH or other tables; functions only now(), lower(), upper(), trim(), round(), "
-             f"coalesce(){added} and the like. expect_rows must be the exact number of rows it changes, "
-             "or it is undone. "
+             f"WITH or other tables; {calls} (and COALESCE, CASE, casts). expect_rows must be the "
+             "exact number of rows it changes, or it is undone. "
              "It is done only when the result says DONE; anything else means NOT done: tell the user.")
     tables = "; ".join(_table_line(row) for row in rows) or "(none enabled)"
     room = _MAX_DESCRIPTION - len(head) - len(rules)
@@ -570,17 +641,16 @@ def call_tool(client: Any, task: Any, arguments: Any, *, call_id: str | None = N
     if isinstance(expect, bool) or not isinstance(expect, int):
         expect = None
     if not isinstance(statement, str) or set(args) - {"statement", "expect_rows", "reason"}:
-        from .client import Client, Receipt
+        from .client import Receipt
 
-        client = client if isinstance(client, Client) else Client(client)
         why = ("bad_arguments: the arguments must be an object with statement (text), expect_rows "
                "(integer) and optionally reason")
-        with client._cursor() as cur:
+        with _client(client)._cursor() as cur:
             cur.execute("SELECT agentdb.record_sql_refusal(%s::uuid, %s, %s, call_id => %s, reason => %s)",
                         (str(task), json.dumps(arguments, default=str)[:MAX_SQL_CHARS], why, call_id, reason))
             return Receipt.from_json(cur.fetchone()[0])
     return run_sql(client, task, statement, expect, call_id=call_id, reason=reason, timeout=timeout)
 
 
-__all__ = ["ALLOWED_FUNCTIONS", "MAX_SQL_CHARS", "TOOL_NAME", "GuardResult", "call_tool", "check",
+__all__ = ["MAX_SQL_CHARS", "TOOL_NAME", "Functions", "Guard", "GuardResult", "call_tool", "check",
            "exposed_tool", "run_sql", "sql_functions", "sql_tables", "tool_definition"]

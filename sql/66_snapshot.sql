@@ -242,7 +242,174 @@ AS $$
      WHERE (p_before -> k) IS DISTINCT FROM (p_after -> k)
 $$;
 
--- One table's differences between two snapshots, or NULL when there are none.
+-- agentdb_private.diff_table (below) in phases, the callee before its caller.
+-- They share the net change of a table between snapshots p_a and p_b: a jsonb
+-- array of {"k": key, "b": row before or null, "a": row after or null}.
+
+-- The net change from the rows both snapshots hold. First the (key hash, row
+-- hash) pairs found on one side only, a narrow join; then only those rows,
+-- paired by their actual key.
+CREATE OR REPLACE FUNCTION agentdb_private.diff_rows_net(
+    p_a agentdb_private.snapshot_tables, p_b agentdb_private.snapshot_tables
+)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    WITH odd AS (
+        SELECT coalesce(ra.key_hash, rb.key_hash) AS key_hash
+          FROM (SELECT r.key_hash, r.row_hash FROM agentdb_private.snapshot_rows AS r
+                 WHERE r.snapshot_id = p_a.snapshot_id AND r.table_oid = p_a.table_oid) AS ra
+          FULL JOIN (SELECT r.key_hash, r.row_hash FROM agentdb_private.snapshot_rows AS r
+                      WHERE r.snapshot_id = p_b.snapshot_id AND r.table_oid = p_b.table_oid) AS rb
+            ON ra.key_hash = rb.key_hash AND ra.row_hash = rb.row_hash
+         WHERE ra.key_hash IS NULL OR rb.key_hash IS NULL
+    ),
+    ra AS (
+        SELECT r.key, r.row_data FROM agentdb_private.snapshot_rows AS r
+         WHERE r.snapshot_id = p_a.snapshot_id AND r.table_oid = p_a.table_oid
+           AND r.key_hash IN (SELECT odd.key_hash FROM odd)
+    ),
+    rb AS (
+        SELECT r.key, r.row_data FROM agentdb_private.snapshot_rows AS r
+         WHERE r.snapshot_id = p_b.snapshot_id AND r.table_oid = p_b.table_oid
+           AND r.key_hash IN (SELECT odd.key_hash FROM odd)
+    )
+    SELECT coalesce(jsonb_agg(jsonb_build_object('k', coalesce(ra.key, rb.key), 'b', ra.row_data, 'a', rb.row_data)), '[]')
+      FROM ra FULL JOIN rb ON ra.key = rb.key
+     WHERE ra.row_data IS DISTINCT FROM rb.row_data
+$$;
+
+-- The change log of p_b's table between the two snapshots: the entries p_b
+-- sees and p_a does not. No SET clause, so that it is inlined into its
+-- callers (agentdb's own, with a pinned search_path).
+CREATE OR REPLACE FUNCTION agentdb_private.diff_log(
+    p_a agentdb_private.snapshot_tables, p_b agentdb_private.snapshot_tables
+)
+RETURNS SETOF agentdb_private.change_log
+LANGUAGE sql STABLE
+AS $$
+    SELECT c.*
+      FROM agentdb_private.change_log AS c
+     WHERE c.table_oid = p_b.table_oid
+       AND (c.txid >= pg_catalog.pg_snapshot_xmin(p_a.xact_snapshot) OR c.txid = p_a.own_txid)
+       AND agentdb_private.change_seen(c.txid, c.id, p_b.xact_snapshot, p_b.own_txid, p_b.log_hwm)
+       AND NOT agentdb_private.change_seen(c.txid, c.id, p_a.xact_snapshot, p_a.own_txid, p_a.log_hwm)
+$$;
+
+-- The net change from the change log, per key: the value before the first
+-- change and after the last (NULL: no such row).
+CREATE OR REPLACE FUNCTION agentdb_private.diff_log_net(
+    p_a agentdb_private.snapshot_tables, p_b agentdb_private.snapshot_tables
+)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    WITH ch AS (
+        SELECT c.id, c.op, c.key, c.old_row, c.new_row,
+               (SELECT pg_catalog.jsonb_object_agg(k, c.old_row -> k) FROM unnest(p_b.key_columns) AS k) AS old_key
+          FROM agentdb_private.diff_log(p_a, p_b) AS c
+         WHERE c.op <> 'TRUNCATE'
+    ),
+    touch AS (
+        SELECT ch.id, ch.key AS k, NULL::jsonb AS b, ch.new_row AS a FROM ch WHERE ch.op = 'INSERT'
+        UNION ALL
+        SELECT ch.id, ch.key, ch.old_row, NULL FROM ch WHERE ch.op = 'DELETE'
+        UNION ALL
+        SELECT ch.id, ch.key, ch.old_row, ch.new_row FROM ch WHERE ch.op = 'UPDATE' AND ch.old_key = ch.key
+        UNION ALL
+        -- An update of the key itself: the old key goes, the new one comes.
+        SELECT ch.id, ch.old_key, ch.old_row, NULL FROM ch WHERE ch.op = 'UPDATE' AND ch.old_key <> ch.key
+        UNION ALL
+        SELECT ch.id, ch.key, NULL, ch.new_row FROM ch WHERE ch.op = 'UPDATE' AND ch.old_key <> ch.key
+    )
+    SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('k', n.k, 'b', n.b, 'a', n.a)), '[]')
+      FROM (SELECT t.k,
+                   (pg_catalog.array_agg(t.b ORDER BY t.id))[1] AS b,
+                   (pg_catalog.array_agg(t.a ORDER BY t.id DESC))[1] AS a
+              FROM touch AS t GROUP BY t.k) AS n
+     WHERE n.b IS DISTINCT FROM n.a
+$$;
+
+-- Does the net change p_net from the change log account exactly for the new
+-- count and checksum? Not when the table was truncated or dropped since, nor
+-- when it changed shape (its logged rows no longer fit it). Runs with
+-- diff_table's settings (the text form of the logged values).
+CREATE OR REPLACE FUNCTION agentdb_private.diff_log_complete(
+    p_a agentdb_private.snapshot_tables, p_b agentdb_private.snapshot_tables, p_net jsonb
+)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_added jsonb;
+    v_removed jsonb;
+    v_sum_after numeric;
+    v_sum_before numeric;
+BEGIN
+    IF EXISTS (SELECT 1 FROM agentdb_private.diff_log(p_a, p_b) AS c WHERE c.op = 'TRUNCATE')
+            OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c WHERE c.oid = p_b.table_oid) THEN
+        RETURN false;
+    END IF;
+    SELECT coalesce(jsonb_agg(n.value -> 'a') FILTER (WHERE jsonb_typeof(n.value -> 'a') = 'object'), '[]'),
+           coalesce(jsonb_agg(n.value -> 'b') FILTER (WHERE jsonb_typeof(n.value -> 'b') = 'object'), '[]')
+      INTO v_added, v_removed
+      FROM jsonb_array_elements(p_net) AS n;
+    EXECUTE format(
+        'SELECT (SELECT coalesce(sum(%1$s), 0) FROM jsonb_array_elements($1) AS e '
+        || '         CROSS JOIN LATERAL jsonb_populate_record(NULL::%2$s, e.value) AS t), '
+        || '       (SELECT coalesce(sum(%1$s), 0) FROM jsonb_array_elements($2) AS e '
+        || '         CROSS JOIN LATERAL jsonb_populate_record(NULL::%2$s, e.value) AS t)',
+        agentdb_private.row_hash_sql(p_b.table_oid, 't'), p_b.table_oid::regclass)
+        INTO v_sum_after, v_sum_before USING v_added, v_removed;
+    RETURN p_b.checksum - p_a.checksum = v_sum_after - v_sum_before
+        AND p_b.row_count - p_a.row_count = jsonb_array_length(v_added) - jsonb_array_length(v_removed);
+EXCEPTION WHEN OTHERS THEN
+    -- The table changed shape since: its logged rows no longer fit it.
+    RETURN false;
+END
+$$;
+
+-- A table's entry of agentdb.diff from its net change, or NULL when a
+-- complete diff found nothing.
+CREATE OR REPLACE FUNCTION agentdb_private.diff_entry(
+    p_b agentdb_private.snapshot_tables, p_net jsonb, p_complete boolean, p_source text
+)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_cols text [] := ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute AS a
+                             WHERE a.attrelid = p_b.table_oid AND a.attnum > 0 AND NOT a.attisdropped
+                             ORDER BY a.attnum);
+    v_added jsonb;
+    v_removed jsonb;
+    v_changed jsonb;
+BEGIN
+    SELECT coalesce(jsonb_agg(n.value -> 'a' ORDER BY (n.value -> 'k')::text)
+                        FILTER (WHERE jsonb_typeof(n.value -> 'b') <> 'object'), '[]'),
+           coalesce(jsonb_agg(n.value -> 'b' ORDER BY (n.value -> 'k')::text)
+                        FILTER (WHERE jsonb_typeof(n.value -> 'a') <> 'object'), '[]'),
+           coalesce(jsonb_agg(jsonb_build_object(
+                        'key', n.value -> 'k',
+                        'columns', agentdb_private.changed_columns(v_cols, n.value -> 'b', n.value -> 'a'),
+                        'before', n.value -> 'b',
+                        'after', n.value -> 'a') ORDER BY (n.value -> 'k')::text)
+                        FILTER (WHERE jsonb_typeof(n.value -> 'a') = 'object'
+                                  AND jsonb_typeof(n.value -> 'b') = 'object'), '[]')
+      INTO v_added, v_removed, v_changed
+      FROM jsonb_array_elements(p_net) AS n;
+    IF p_complete AND jsonb_array_length(v_added) + jsonb_array_length(v_removed) + jsonb_array_length(v_changed) = 0 THEN
+        RETURN NULL;
+    END IF;
+    RETURN jsonb_build_object('table', p_b.table_name, 'added', v_added, 'removed', v_removed,
+                              'changed', v_changed, 'complete', p_complete, 'source', p_source);
+END
+$$;
+
+-- One table's differences between two snapshots, or NULL when there are none:
+-- from the rows when both snapshots hold them, else from the change log.
 CREATE OR REPLACE FUNCTION agentdb_private.diff_table(
     p_a agentdb_private.snapshot_tables, p_b agentdb_private.snapshot_tables
 )
@@ -257,137 +424,15 @@ SET bytea_output = 'hex'
 AS $$
 DECLARE
     v_net jsonb;
-    v_truncated boolean := false;
-    v_complete boolean := true;
-    v_added jsonb;
-    v_removed jsonb;
-    v_changed jsonb;
-    v_sum_after numeric;
-    v_sum_before numeric;
-    v_exists boolean := EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c WHERE c.oid = p_b.table_oid);
-    v_cols text [] := ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute AS a
-                             WHERE a.attrelid = p_b.table_oid AND a.attnum > 0 AND NOT a.attisdropped
-                             ORDER BY a.attnum);
 BEGIN
     IF p_a.row_count = p_b.row_count AND p_a.checksum = p_b.checksum THEN
         RETURN NULL;
     END IF;
-
     IF p_a.mode = 'rows' AND p_b.mode = 'rows' THEN
-        -- Both snapshots hold the rows. First the (key hash, row hash) pairs
-        -- found on one side only, a narrow join; then only those rows, paired
-        -- by their actual key.
-        WITH odd AS (
-            SELECT coalesce(ra.key_hash, rb.key_hash) AS key_hash
-              FROM (SELECT r.key_hash, r.row_hash FROM agentdb_private.snapshot_rows AS r
-                     WHERE r.snapshot_id = p_a.snapshot_id AND r.table_oid = p_a.table_oid) AS ra
-              FULL JOIN (SELECT r.key_hash, r.row_hash FROM agentdb_private.snapshot_rows AS r
-                          WHERE r.snapshot_id = p_b.snapshot_id AND r.table_oid = p_b.table_oid) AS rb
-                ON ra.key_hash = rb.key_hash AND ra.row_hash = rb.row_hash
-             WHERE ra.key_hash IS NULL OR rb.key_hash IS NULL
-        ),
-        ra AS (
-            SELECT r.key, r.row_data FROM agentdb_private.snapshot_rows AS r
-             WHERE r.snapshot_id = p_a.snapshot_id AND r.table_oid = p_a.table_oid
-               AND r.key_hash IN (SELECT odd.key_hash FROM odd)
-        ),
-        rb AS (
-            SELECT r.key, r.row_data FROM agentdb_private.snapshot_rows AS r
-             WHERE r.snapshot_id = p_b.snapshot_id AND r.table_oid = p_b.table_oid
-               AND r.key_hash IN (SELECT odd.key_hash FROM odd)
-        )
-        SELECT coalesce(jsonb_agg(jsonb_build_object('k', coalesce(ra.key, rb.key), 'b', ra.row_data, 'a', rb.row_data)), '[]')
-          INTO v_net
-          FROM ra FULL JOIN rb ON ra.key = rb.key
-         WHERE ra.row_data IS DISTINCT FROM rb.row_data;
-    ELSE
-        -- The change log between the two snapshots, net per key: the value
-        -- before the first change and after the last (NULL: no such row).
-        SELECT bool_or(c.op = 'TRUNCATE') INTO v_truncated
-          FROM agentdb_private.change_log AS c
-         WHERE c.table_oid = p_b.table_oid
-           AND (c.txid >= pg_snapshot_xmin(p_a.xact_snapshot) OR c.txid = p_a.own_txid)
-           AND agentdb_private.change_seen(c.txid, c.id, p_b.xact_snapshot, p_b.own_txid, p_b.log_hwm)
-           AND NOT agentdb_private.change_seen(c.txid, c.id, p_a.xact_snapshot, p_a.own_txid, p_a.log_hwm)
-           AND c.op = 'TRUNCATE';
-        WITH ch AS (
-            SELECT c.id, c.op, c.key, c.old_row, c.new_row,
-                   (SELECT jsonb_object_agg(k, c.old_row -> k) FROM unnest(p_b.key_columns) AS k) AS old_key
-              FROM agentdb_private.change_log AS c
-             WHERE c.table_oid = p_b.table_oid
-               AND (c.txid >= pg_snapshot_xmin(p_a.xact_snapshot) OR c.txid = p_a.own_txid)
-               AND agentdb_private.change_seen(c.txid, c.id, p_b.xact_snapshot, p_b.own_txid, p_b.log_hwm)
-               AND NOT agentdb_private.change_seen(c.txid, c.id, p_a.xact_snapshot, p_a.own_txid, p_a.log_hwm)
-               AND c.op <> 'TRUNCATE'
-        ),
-        touch AS (
-            SELECT ch.id, ch.key AS k, NULL::jsonb AS b, ch.new_row AS a FROM ch WHERE ch.op = 'INSERT'
-            UNION ALL
-            SELECT ch.id, ch.key, ch.old_row, NULL FROM ch WHERE ch.op = 'DELETE'
-            UNION ALL
-            SELECT ch.id, ch.key, ch.old_row, ch.new_row FROM ch WHERE ch.op = 'UPDATE' AND ch.old_key = ch.key
-            UNION ALL
-            -- An update of the key itself: the old key goes, the new one comes.
-            SELECT ch.id, ch.old_key, ch.old_row, NULL FROM ch WHERE ch.op = 'UPDATE' AND ch.old_key <> ch.key
-            UNION ALL
-            SELECT ch.id, ch.key, NULL, ch.new_row FROM ch WHERE ch.op = 'UPDATE' AND ch.old_key <> ch.key
-        )
-        SELECT coalesce(jsonb_agg(jsonb_build_object('k', n.k, 'b', n.b, 'a', n.a)), '[]') INTO v_net
-          FROM (SELECT t.k,
-                       (array_agg(t.b ORDER BY t.id))[1] AS b,
-                       (array_agg(t.a ORDER BY t.id DESC))[1] AS a
-                  FROM touch AS t GROUP BY t.k) AS n
-         WHERE n.b IS DISTINCT FROM n.a;
-
-        -- The net effect must account for the new count and checksum exactly.
-        IF coalesce(v_truncated, false) OR NOT v_exists THEN
-            v_complete := false;
-        ELSE
-            BEGIN
-                SELECT coalesce(jsonb_agg(n.value -> 'a') FILTER (WHERE jsonb_typeof(n.value -> 'a') = 'object'), '[]'),
-                       coalesce(jsonb_agg(n.value -> 'b') FILTER (WHERE jsonb_typeof(n.value -> 'b') = 'object'), '[]')
-                  INTO v_added, v_removed
-                  FROM jsonb_array_elements(v_net) AS n;
-                EXECUTE format(
-                    'SELECT (SELECT coalesce(sum(%1$s), 0) FROM jsonb_array_elements($1) AS e '
-                    || '         CROSS JOIN LATERAL jsonb_populate_record(NULL::%2$s, e.value) AS t), '
-                    || '       (SELECT coalesce(sum(%1$s), 0) FROM jsonb_array_elements($2) AS e '
-                    || '         CROSS JOIN LATERAL jsonb_populate_record(NULL::%2$s, e.value) AS t)',
-                    agentdb_private.row_hash_sql(p_b.table_oid, 't'), p_b.table_oid::regclass)
-                    INTO v_sum_after, v_sum_before USING v_added, v_removed;
-                v_complete := p_b.checksum - p_a.checksum = v_sum_after - v_sum_before
-                    AND p_b.row_count - p_a.row_count = jsonb_array_length(v_added) - jsonb_array_length(v_removed);
-            EXCEPTION WHEN OTHERS THEN
-                -- The table changed shape since: its logged rows no longer fit it.
-                v_complete := false;
-            END;
-        END IF;
+        RETURN agentdb_private.diff_entry(p_b, agentdb_private.diff_rows_net(p_a, p_b), true, 'rows');
     END IF;
-
-    SELECT coalesce(jsonb_agg(n.value -> 'a' ORDER BY (n.value -> 'k')::text)
-                        FILTER (WHERE jsonb_typeof(n.value -> 'b') <> 'object'), '[]'),
-           coalesce(jsonb_agg(n.value -> 'b' ORDER BY (n.value -> 'k')::text)
-                        FILTER (WHERE jsonb_typeof(n.value -> 'a') <> 'object'), '[]'),
-           coalesce(jsonb_agg(jsonb_build_object(
-                        'key', n.value -> 'k',
-                        'columns', agentdb_private.changed_columns(v_cols, n.value -> 'b', n.value -> 'a'),
-                        'before', n.value -> 'b',
-                        'after', n.value -> 'a') ORDER BY (n.value -> 'k')::text)
-                        FILTER (WHERE jsonb_typeof(n.value -> 'a') = 'object'
-                                  AND jsonb_typeof(n.value -> 'b') = 'object'), '[]')
-      INTO v_added, v_removed, v_changed
-      FROM jsonb_array_elements(v_net) AS n;
-
-    IF v_complete AND jsonb_array_length(v_added) + jsonb_array_length(v_removed) + jsonb_array_length(v_changed) = 0 THEN
-        RETURN NULL;
-    END IF;
-    RETURN jsonb_build_object(
-        'table', p_b.table_name,
-        'added', v_added,
-        'removed', v_removed,
-        'changed', v_changed,
-        'complete', v_complete,
-        'source', CASE WHEN p_a.mode = 'rows' AND p_b.mode = 'rows' THEN 'rows' ELSE 'change_log' END);
+    v_net := agentdb_private.diff_log_net(p_a, p_b);
+    RETURN agentdb_private.diff_entry(p_b, v_net, agentdb_private.diff_log_complete(p_a, p_b, v_net), 'change_log');
 END
 $$;
 

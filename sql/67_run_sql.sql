@@ -112,26 +112,30 @@ AS $$
     SELECT s.user_id FROM agentdb_private.sql_scope AS s WHERE s.backend_pid = pg_catalog.pg_backend_pid()
 $$;
 
--- The functions a statement may call, by name, from pg_catalog: the same
--- list as pyagentdb.sqlguard.ALLOWED_FUNCTIONS (tests/test_sqlguard.py
--- compares them). Time, text and number functions with no side effect and
--- no access to other data. extract, position, overlay, timezone,
--- similar_to_escape and overlaps are what EXTRACT(...), POSITION(... IN ...),
--- OVERLAY(...), AT TIME ZONE, SIMILAR TO and OVERLAPS call.
+-- The functions a statement may call, by name, from pg_catalog: run_sql's
+-- built-in allow-list, the only copy. The Python guard and the run_sql tool
+-- description read it through agentdb.sql_function_list() (with
+-- agentdb.sql_user() and a DBA's additions; sql/68_sql_functions.sql). Time,
+-- text and number functions with no side effect and no access to other data.
+-- extract, position, overlay, timezone, similar_to_escape and overlaps are
+-- what EXTRACT(...), POSITION(... IN ...), OVERLAY(...), AT TIME ZONE, SIMILAR
+-- TO and OVERLAPS call. The first line holds the ones the tool description
+-- names first (as many as fit); the order means nothing else.
 CREATE OR REPLACE FUNCTION agentdb_private.sql_allowed_functions()
 RETURNS text[]
 LANGUAGE sql IMMUTABLE
 AS $$
     SELECT ARRAY[
-        'now', 'clock_timestamp', 'statement_timestamp', 'transaction_timestamp',
-        'date_trunc', 'date_part', 'extract', 'make_date', 'make_time', 'make_timestamp',
+        'now', 'lower', 'upper', 'btrim', 'round', 'length', 'replace', 'concat', 'date_trunc', 'abs',
+        'clock_timestamp', 'statement_timestamp', 'transaction_timestamp',
+        'date_part', 'extract', 'make_date', 'make_time', 'make_timestamp',
         'make_timestamptz', 'make_interval', 'to_timestamp', 'to_date', 'to_char', 'to_number',
         'timezone', 'overlaps', 'age', 'justify_days', 'justify_hours', 'justify_interval', 'isfinite',
-        'lower', 'upper', 'initcap', 'btrim', 'ltrim', 'rtrim', 'length', 'char_length',
-        'substr', 'substring', 'left', 'right', 'replace', 'concat', 'concat_ws', 'lpad', 'rpad',
+        'initcap', 'ltrim', 'rtrim', 'char_length',
+        'substr', 'substring', 'left', 'right', 'concat_ws', 'lpad', 'rpad',
         'position', 'strpos', 'overlay', 'similar_to_escape', 'split_part', 'translate', 'reverse',
         'starts_with', 'regexp_replace', 'md5',
-        'abs', 'round', 'trunc', 'floor', 'ceil', 'ceiling', 'mod', 'sign',
+        'trunc', 'floor', 'ceil', 'ceiling', 'mod', 'sign',
         'gen_random_uuid'
     ]
 $$;
@@ -517,10 +521,48 @@ AS $$
     SELECT coalesce((SELECT c.oid FROM pg_catalog.pg_class AS c WHERE c.reltoastrelid = p_rel LIMIT 1), p_rel)
 $$;
 
--- Plan, check, execute and prove one statement. Never raises for a bad
--- statement: every problem is a result object (with the action and target
--- found so far under the keys sql_action and sql_target).
--- Phases 1 to 3 of sql_write: the statement parsed as the writer (one
+-- sql_write (below) runs one statement in phases, each a function here, the
+-- callee before its caller. They share one value: a jsonb object that holds
+-- the action and the target found so far (sql_action, sql_target) and, once
+-- a phase refuses, the refusal (outcome, refusal, error, ...).
+
+-- Phase 1 of sql_write: a first look at the text, before it is parsed (the
+-- plan is what decides). {"sql_action": ...}, or why not.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_first_look(p_statement text, p_expect_rows integer)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_word text := agentdb_private.sql_first_word(p_statement);
+    v_action jsonb;
+BEGIN
+    IF coalesce(btrim(p_statement, E' \t\r\n\f\v;'), '') = '' THEN
+        RETURN agentdb_private.not_done('invalid', 'sql_error', 'the statement is empty');
+    END IF;
+    IF length(p_statement) > agentdb_private.max_sql_chars() THEN
+        RETURN agentdb_private.not_done('invalid', 'too_large',
+            format('the statement is %s characters, the limit is %s', length(p_statement),
+                   agentdb_private.max_sql_chars()));
+    END IF;
+    IF v_word IS NULL OR v_word NOT IN ('insert', 'update', 'delete') THEN
+        RETURN agentdb_private.not_done('refused', 'sql_not_dml',
+            format('only INSERT, UPDATE or DELETE may be run, not %s', coalesce(upper(left(v_word, 30)), 'this')));
+    END IF;
+    v_action := jsonb_build_object('sql_action', v_word);
+    IF p_expect_rows IS NULL OR p_expect_rows < 1 THEN
+        RETURN agentdb_private.not_done('invalid', 'expect_rows_required',
+            'expect_rows (how many rows the statement must change, at least 1) is required') || v_action;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM agentdb_private.sql_tables) THEN
+        RETURN agentdb_private.not_done('refused', 'table_not_allowed', 'no table is enabled for run_sql')
+            || v_action;
+    END IF;
+    RETURN v_action;
+END
+$$;
+
+-- Phases 2 and 3 of sql_write: the statement parsed as the writer (one
 -- statement, every name resolved, nothing planned or run yet); every function
 -- and operator it calls allowed, and no subquery, join, function or VALUES in
 -- FROM, before it is planned (planning already runs immutable functions of
@@ -556,46 +598,52 @@ BEGIN
 END
 $$;
 
--- Phase 4 of sql_write: the plan must be one plain write of one enabled
--- table (a rule on the table can turn one statement into several plans).
--- {"sql_action", "sql_target"} when it is, else the refusal with them.
-CREATE OR REPLACE FUNCTION agentdb_private.sql_check_plan(p_plan jsonb, p_action text)
+-- The relations of table p_target: its partitions, or itself.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_table_tree(p_target regclass)
+RETURNS oid[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce((SELECT array_agg(p.relid::oid) FROM pg_catalog.pg_partition_tree(p_target) AS p),
+                    ARRAY[p_target::oid])
+$$;
+
+-- Phase 4 of sql_write, its root: one plan (a rule on the table can turn one
+-- statement into several), whose root is the ModifyTable of the statement's
+-- kind on an enabled table; no upsert, and no ON CONFLICT at all on an
+-- owner-scoped table. {"sql_action", "sql_target"}, or the refusal with them.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_plan_root(p_plan jsonb, p_action text)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_root jsonb;
-    v_node jsonb;
-    v_nodes jsonb [];
+    v_root jsonb := p_plan -> 0 -> 'Plan';
+    v_action jsonb := jsonb_build_object('sql_action', p_action);
     v_target regclass;
     v_reg agentdb_private.sql_tables;
-    v_tree oid [];
-    v_type text;
-    v_rel regclass;
     v_result jsonb;
 BEGIN
     IF jsonb_array_length(p_plan) <> 1 THEN
         RETURN agentdb_private.not_done('refused', 'sql_not_simple',
             format('the statement became %s statements (a rule on the table)', jsonb_array_length(p_plan)))
-            || jsonb_build_object('sql_action', p_action);
+            || v_action;
     END IF;
-    v_root := p_plan -> 0 -> 'Plan';
     IF v_root ->> 'Node Type' IS DISTINCT FROM 'ModifyTable'
             OR lower(v_root ->> 'Operation') IS DISTINCT FROM p_action THEN
         RETURN agentdb_private.not_done('refused', 'sql_not_dml',
             format('the statement is not a plain %s (the plan starts with %s %s)', upper(p_action),
                    coalesce(v_root ->> 'Node Type', '?'), coalesce(v_root ->> 'Operation', '')))
-            || jsonb_build_object('sql_action', p_action);
+            || v_action;
     END IF;
     v_target := to_regclass(format('%I.%I', v_root ->> 'Schema', v_root ->> 'Relation Name'));
     SELECT * INTO v_reg FROM agentdb_private.sql_tables AS t WHERE t.target = v_target;
     IF NOT FOUND THEN
         RETURN agentdb_private.not_done('refused', 'table_not_allowed',
             format('%s is not enabled for run_sql', coalesce(v_target::text, '?')))
-            || jsonb_build_object('sql_action', p_action);
+            || v_action;
     END IF;
-    v_result := jsonb_build_object('sql_action', p_action, 'sql_target', v_target::oid);
+    v_result := v_action || jsonb_build_object('sql_target', v_target::oid);
     IF v_root ->> 'Conflict Resolution' IS DISTINCT FROM NULL AND v_root ->> 'Conflict Resolution' <> 'NOTHING' THEN
         RETURN agentdb_private.not_done('refused', 'sql_not_simple',
             'ON CONFLICT DO UPDATE is not allowed (an upsert''s row count proves nothing)') || v_result;
@@ -607,29 +655,43 @@ BEGIN
             format('ON CONFLICT is not allowed on %s, whose rows belong to users: it would decide on rows '
                    'of other users; insert without it', v_target)) || v_result;
     END IF;
-    SELECT array_agg(p.relid) INTO v_tree FROM pg_catalog.pg_partition_tree(v_target) AS p;
-    v_tree := coalesce(v_tree, ARRAY[v_target::oid]);
+    RETURN v_result;
+END
+$$;
 
-    -- Every node below the root, checked for the most telling reason first.
+-- Phase 4 of sql_write, below the root: every node, checked for the most
+-- telling reason first (a function in FROM, a subquery, another relation),
+-- then for its kind and, for UPDATE/DELETE, a condition. Why not, or NULL.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_plan_nodes(p_root jsonb, p_action text, p_target regclass)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_tree oid [] := agentdb_private.sql_table_tree(p_target);
+    v_nodes jsonb [];
+    v_node jsonb;
+    v_type text;
+    v_rel regclass;
+BEGIN
     SELECT coalesce(array_agg(n), '{}') INTO v_nodes
-      FROM jsonb_path_query(v_root -> 'Plans', 'strict $.**') AS n
+      FROM jsonb_path_query(p_root -> 'Plans', 'strict $.**') AS n
      WHERE jsonb_typeof(n) = 'object' AND n ? 'Node Type';
     FOREACH v_node IN ARRAY v_nodes LOOP
         IF v_node ? 'Function Name' THEN
             RETURN agentdb_private.not_done('refused', 'sql_not_simple',
-                format('a function in FROM is not allowed (%s)', v_node ->> 'Function Name')) || v_result;
+                format('a function in FROM is not allowed (%s)', v_node ->> 'Function Name'));
         END IF;
         IF v_node ->> 'Parent Relationship' IN ('InitPlan', 'SubPlan') THEN
             RETURN agentdb_private.not_done('refused', 'sql_not_simple',
-                format('a subquery is not allowed (%s)', coalesce(v_node ->> 'Subplan Name', v_node ->> 'Node Type')))
-                || v_result;
+                format('a subquery is not allowed (%s)', coalesce(v_node ->> 'Subplan Name', v_node ->> 'Node Type')));
         END IF;
         IF v_node ? 'Relation Name' THEN
             v_rel := to_regclass(format('%I.%I', v_node ->> 'Schema', v_node ->> 'Relation Name'));
             IF v_rel IS NULL OR NOT v_rel::oid = ANY (v_tree) OR p_action = 'insert' THEN
                 RETURN agentdb_private.not_done('refused', 'sql_not_simple',
                     format('the statement reads %s; only the rows of %s it changes may be named',
-                           coalesce(v_rel::text, v_node ->> 'Relation Name'), v_target)) || v_result;
+                           coalesce(v_rel::text, v_node ->> 'Relation Name'), p_target));
             END IF;
         END IF;
     END LOOP;
@@ -642,20 +704,222 @@ BEGIN
                            'Result'] END) THEN
             RETURN agentdb_private.not_done('refused', 'sql_not_simple',
                 format('%s is not allowed in an agent''s %s (only one table, no joins, subqueries or set '
-                       'operations)', v_type, upper(p_action))) || v_result;
+                       'operations)', v_type, upper(p_action)));
         END IF;
         -- UPDATE/DELETE must name their rows: a scan of the table with no
         -- condition at all (no WHERE, or WHERE true / 1 = 1 folded away) is every row.
         IF p_action <> 'insert' AND v_node ? 'Relation Name' AND v_type <> 'Bitmap Index Scan'
                 AND NOT (v_node ?| ARRAY['Filter', 'Index Cond', 'Recheck Cond', 'TID Cond']) THEN
             RETURN agentdb_private.not_done('refused', 'unbounded',
-                format('%s without a condition would change every row', upper(p_action))) || v_result;
+                format('%s without a condition would change every row', upper(p_action)));
         END IF;
     END LOOP;
-    RETURN v_result;
+    RETURN NULL;
 END
 $$;
 
+-- Phase 4 of sql_write: the plan must be one plain write of one enabled
+-- table. {"sql_action", "sql_target"} when it is, else the refusal with them.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_check_plan(p_plan jsonb, p_action text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN r.v ? 'outcome' THEN r.v
+                ELSE coalesce(agentdb_private.sql_plan_nodes(p_plan -> 0 -> 'Plan', p_action,
+                                                             (r.v ->> 'sql_target')::oid::regclass) || r.v, r.v) END
+      FROM (SELECT agentdb_private.sql_plan_root(p_plan, p_action) AS v) AS r
+$$;
+
+-- Phase 5 of sql_write: the same gate as invoke, now that the table is
+-- known, and the table's max_rows. Why not, or NULL.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_admit(
+    p_task agentdb_private.tasks, p_action text, p_target regclass, p_expect_rows integer
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_max integer := (SELECT t.max_rows FROM agentdb_private.sql_tables AS t WHERE t.target = p_target);
+BEGIN
+    RETURN coalesce(
+        agentdb_private.gate_checks(p_task, 'run_sql', agentdb_private.sql_tool(p_action, p_target)),
+        CASE WHEN v_max IS NOT NULL AND p_expect_rows > v_max THEN agentdb_private.not_done('refused', 'too_many_rows',
+            format('%s rows expected, run_sql allows at most %s on %s', p_expect_rows, v_max, p_target)) END);
+END
+$$;
+
+-- Rows changed per relation while the statement ran (sql_writer_exec's
+-- statistics before and after): {"own": changes counted on the relations
+-- p_tree of the table, "other": [names of other relations changed]}. A
+-- TOAST table counts as its table; agentdb's own bookkeeping (a change log
+-- trigger) does not count.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_counted_changes(p_exec jsonb, p_tree oid[])
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key text;
+    v_delta bigint;
+    v_rel oid;
+    v_own bigint := 0;
+    v_other text [] := '{}';
+BEGIN
+    FOR v_key, v_delta IN
+        SELECT a.key, a.value::bigint - coalesce((p_exec -> 'before' ->> a.key)::bigint, 0)
+          FROM jsonb_each_text(p_exec -> 'after') AS a LOOP
+        CONTINUE WHEN v_delta = 0;
+        v_rel := agentdb_private.sql_owning_relation(v_key::oid);
+        IF v_rel = ANY (p_tree) THEN
+            v_own := v_own + v_delta;
+        ELSIF (SELECT n.nspname FROM pg_catalog.pg_class AS c
+                 JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+                WHERE c.oid = v_rel) IS DISTINCT FROM 'agentdb_private' THEN
+            v_other := v_other || coalesce(v_rel::regclass::text, v_key);
+        END IF;
+    END LOOP;
+    RETURN jsonb_build_object('own', v_own, 'other', to_jsonb(v_other));
+END
+$$;
+
+-- Phase 6 of sql_write, the proof (inside its subtransaction, after the
+-- statement ran): nothing changed but the table (the statistics), no setting
+-- changed, no advisory lock taken or released (p_locks: held before), the
+-- rows changed are expect_rows, the rows counted on the table are the rows
+-- reported, and the change log holds exactly those rows for this step when
+-- the table is watched. {"rows": n, "log": [{key, row}, ...]}, or why not.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_proof(
+    p_task agentdb_private.tasks, p_seq integer, p_target regclass, p_expect_rows integer,
+    p_locks jsonb, p_exec jsonb
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_tree oid [] := agentdb_private.sql_table_tree(p_target);
+    v_counts jsonb := agentdb_private.sql_counted_changes(p_exec, v_tree);
+    v_own bigint := (v_counts ->> 'own')::bigint;
+    v_rows bigint := (p_exec ->> 'rows')::bigint;
+    v_partitioned boolean := (SELECT c.relkind = 'p' FROM pg_catalog.pg_class AS c WHERE c.oid = p_target);
+    v_logged bigint;
+    v_log jsonb;
+BEGIN
+    IF jsonb_array_length(v_counts -> 'other') > 0 THEN
+        RETURN agentdb_private.not_done('refused', 'side_effect', format('the statement also changed %s',
+            (SELECT string_agg(o.name, ', ' ORDER BY o.n)
+               FROM jsonb_array_elements_text(v_counts -> 'other') WITH ORDINALITY AS o (name, n))));
+    ELSIF (p_exec ->> 'settings_changed')::boolean THEN
+        RETURN agentdb_private.not_done('refused', 'side_effect', 'the statement changed a session setting');
+    ELSIF NOT p_locks @> agentdb_private.sql_advisory_locks() THEN
+        RETURN agentdb_private.not_done('refused', 'side_effect', 'the statement took an advisory lock');
+    ELSIF NOT agentdb_private.sql_advisory_locks() @> p_locks THEN
+        RETURN agentdb_private.not_done('refused', 'side_effect',
+            'the statement released an advisory lock the session held');
+    ELSIF v_rows <> p_expect_rows THEN
+        RETURN agentdb_private.not_done('unverified', 'row_count',
+            format('expected %s row(s) to change, %s did', p_expect_rows, v_rows),
+            jsonb_build_object('expected_rows', p_expect_rows, 'matched_rows', v_rows));
+    ELSIF v_own <> v_rows AND NOT (v_partitioned AND v_own BETWEEN v_rows AND 2 * v_rows) THEN
+        -- e.g. a trigger on the table changed other rows of it as well.
+        RETURN agentdb_private.not_done('refused', 'side_effect',
+            format('%s row(s) reported, %s row change(s) counted on %s', v_rows, v_own, p_target));
+    END IF;
+    IF EXISTS (SELECT 1 FROM agentdb_private.watched AS w WHERE w.table_oid = p_target) THEN
+        SELECT count(*), jsonb_agg(jsonb_build_object('key', c.key, 'row', coalesce(c.new_row, c.old_row))
+                                   ORDER BY c.id)
+          INTO v_logged, v_log
+          FROM agentdb_private.change_log AS c
+         WHERE c.task_id = p_task.id AND c.seq = p_seq AND c.table_oid = ANY (v_tree);
+        IF v_logged <> v_rows AND NOT (v_partitioned AND v_logged BETWEEN v_rows AND 2 * v_rows) THEN
+            RETURN agentdb_private.not_done('unverified', 'log_mismatch',
+                format('%s row(s) changed, %s logged for this step', v_rows, v_logged),
+                jsonb_build_object('expected_rows', v_rows, 'matched_rows', v_logged));
+        END IF;
+    END IF;
+    RETURN jsonb_build_object('rows', v_rows, 'log', v_log);
+END
+$$;
+
+-- An error while the statement ran, as a result: row-level security or
+-- another privilege is sql_denied, a bad value or a constraint is invalid
+-- (but a duplicate key or an exclusion is a failure, as for invoke).
+CREATE OR REPLACE FUNCTION agentdb_private.sql_run_error(p_state text, p_msg text)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT agentdb_private.not_done(
+        CASE WHEN p_state = '42501' THEN 'refused'
+             WHEN left(p_state, 2) IN ('22', '23') AND p_state NOT IN ('23505', '23P01') THEN 'invalid'
+             ELSE 'failed' END,
+        CASE WHEN p_state = '42501' THEN 'sql_denied'
+             WHEN p_state = '23505' THEN 'unique_violation'
+             WHEN p_state = '23P01' THEN 'exclusion_violation'
+             WHEN p_state = '23514' THEN 'check_violation'
+             WHEN p_state = '23502' THEN 'missing_field'
+             WHEN p_state = '23503' THEN 'foreign_key_violation'
+             WHEN p_state = '55P03' THEN 'timeout'
+             WHEN left(p_state, 2) = '22' THEN 'bad_value'
+             ELSE 'error' END,
+        format('%s (SQLSTATE %s)', p_msg, p_state),
+        jsonb_build_object('attempts', 1, 'sqlstate', p_state))
+$$;
+
+-- Phase 6 of sql_write: execute as the writer, in a subtransaction, with the
+-- step's marker set and the task's user published to agentdb.sql_user(); then
+-- the proof, and the subtransaction kept or rolled back. The result's outcome
+-- part: success (with the row read back when one changed), or why not.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_run(
+    p_task agentdb_private.tasks, p_seq integer, p_statement text, p_path text, p_expect_rows integer,
+    p_target regclass, p_locks jsonb
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_exec jsonb;
+    v_proof jsonb;
+    v_state text;
+    v_msg text;
+BEGIN
+    INSERT INTO agentdb_private.sql_scope AS s (backend_pid, user_id, target)
+    VALUES (pg_backend_pid(), p_task.user_id, p_target)
+    ON CONFLICT (backend_pid) DO UPDATE SET user_id = excluded.user_id, target = excluded.target;
+    -- The step's marker (sql/63_watch.sql): a watched table's change log
+    -- names this step as the one that made the change.
+    PERFORM set_config('agentdb.call', p_task.id::text || ':' || p_seq::text, true);
+    v_exec := agentdb_private.sql_writer_exec(p_statement, p_path);
+    PERFORM set_config('agentdb.call', '', true);
+    DELETE FROM agentdb_private.sql_scope AS s WHERE s.backend_pid = pg_backend_pid();
+    v_proof := agentdb_private.sql_proof(p_task, p_seq, p_target, p_expect_rows, p_locks, v_exec);
+    IF v_proof ? 'outcome' THEN
+        RAISE EXCEPTION USING ERRCODE = 'AD001', MESSAGE = v_proof ->> 'error';
+    END IF;
+    RETURN jsonb_build_object('outcome', 'success', 'refusal', NULL, 'verified', true,
+                              'affected_rows', (v_proof ->> 'rows')::bigint, 'attempts', 1, 'error', NULL)
+        || CASE WHEN (v_proof ->> 'rows')::bigint = 1 AND jsonb_typeof(v_proof -> 'log') = 'array'
+                THEN jsonb_build_object('key', v_proof -> 'log' -> 0 -> 'key', 'row', v_proof -> 'log' -> 0 -> 'row')
+                ELSE '{}' END;
+EXCEPTION
+    WHEN SQLSTATE 'AD001' THEN
+        RETURN v_proof || jsonb_build_object('attempts', 1);
+    WHEN query_canceled THEN
+        RETURN agentdb_private.not_done('failed', 'timeout', 'the statement was cancelled (statement_timeout)')
+            || jsonb_build_object('attempts', 1);
+    WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
+        RETURN agentdb_private.sql_run_error(v_state, v_msg);
+END
+$$;
+
+-- Plan, check, execute and prove one statement, phase by phase (above).
+-- Never raises for a bad statement: every problem is a result object (with
+-- the action and target found so far under the keys sql_action and
+-- sql_target). A session-level advisory lock the statement took outlives the
+-- rollback, and one it released does not come back: both are restored.
 DROP FUNCTION IF EXISTS agentdb_private.sql_write(agentdb_private.tasks, text, integer);
 CREATE OR REPLACE FUNCTION agentdb_private.sql_write(
     p_task agentdb_private.tasks, p_seq integer, p_statement text, p_expect_rows integer
@@ -665,181 +929,33 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_word text := agentdb_private.sql_first_word(p_statement);
-    v_action text;
+    v_result jsonb := agentdb_private.sql_first_look(p_statement, p_expect_rows);
+    v_action text := v_result ->> 'sql_action';
     v_path text;
     v_target regclass;
-    v_reg agentdb_private.sql_tables;
-    v_tree oid [];
-    v_result jsonb;
-    v_exec jsonb;
-    v_key text;
-    v_delta bigint;
-    v_own bigint := 0;
-    v_other text [] := '{}';
-    v_partitioned boolean;
-    v_locks jsonb;
-    v_state text;
-    v_msg text;
     v_prepared jsonb;
-    v_fail jsonb;
-    v_rows bigint := 0;
-    v_watched boolean;
-    v_logged bigint;
-    v_log jsonb;
+    v_locks jsonb;
 BEGIN
-    IF coalesce(btrim(p_statement, E' \t\r\n\f\v;'), '') = '' THEN
-        RETURN agentdb_private.not_done('invalid', 'sql_error', 'the statement is empty');
+    IF v_result ? 'outcome' THEN
+        RETURN v_result;
     END IF;
-    IF length(p_statement) > agentdb_private.max_sql_chars() THEN
-        RETURN agentdb_private.not_done('invalid', 'too_large',
-            format('the statement is %s characters, the limit is %s', length(p_statement),
-                   agentdb_private.max_sql_chars()));
-    END IF;
-    -- A cheap first look; the plan below is what decides.
-    IF v_word IS NULL OR v_word NOT IN ('insert', 'update', 'delete') THEN
-        RETURN agentdb_private.not_done('refused', 'sql_not_dml',
-            format('only INSERT, UPDATE or DELETE may be run, not %s', coalesce(upper(left(v_word, 30)), 'this')));
-    END IF;
-    v_action := v_word;
-    IF p_expect_rows IS NULL OR p_expect_rows < 1 THEN
-        RETURN agentdb_private.not_done('invalid', 'expect_rows_required',
-            'expect_rows (how many rows the statement must change, at least 1) is required')
-            || jsonb_build_object('sql_action', v_action);
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM agentdb_private.sql_tables) THEN
-        RETURN agentdb_private.not_done('refused', 'table_not_allowed', 'no table is enabled for run_sql')
-            || jsonb_build_object('sql_action', v_action);
-    END IF;
-
-    -- 1-3. Parsed, its calls and shape checked, planned (sql_prepare).
     v_path := agentdb_private.sql_search_path();
     v_prepared := agentdb_private.sql_prepare(p_statement, v_path, v_action);
     IF v_prepared ? 'outcome' THEN
-        RETURN v_prepared || jsonb_build_object('sql_action', v_action);
+        RETURN v_prepared || v_result;
     END IF;
-    -- 4. One plain write of one enabled table (sql_check_plan).
     v_result := agentdb_private.sql_check_plan(v_prepared -> 'plan', v_action);
     IF v_result ? 'outcome' THEN
         RETURN v_result;
     END IF;
     v_target := (v_result ->> 'sql_target')::oid::regclass;
-    SELECT * INTO v_reg FROM agentdb_private.sql_tables AS t WHERE t.target = v_target;
-    SELECT array_agg(p.relid) INTO v_tree FROM pg_catalog.pg_partition_tree(v_target) AS p;
-    v_tree := coalesce(v_tree, ARRAY[v_target::oid]);
-
-    -- 5. The same gate as invoke, now that the table is known.
-    v_fail := agentdb_private.gate_checks(p_task, 'run_sql', agentdb_private.sql_tool(v_action, v_target));
-    IF v_fail IS NOT NULL THEN
-        RETURN v_fail || v_result;
+    v_prepared := agentdb_private.sql_admit(p_task, v_action, v_target, p_expect_rows);
+    IF v_prepared IS NOT NULL THEN
+        RETURN v_prepared || v_result;
     END IF;
-    IF v_reg.max_rows IS NOT NULL AND p_expect_rows > v_reg.max_rows THEN
-        RETURN agentdb_private.not_done('refused', 'too_many_rows',
-            format('%s rows expected, run_sql allows at most %s on %s', p_expect_rows, v_reg.max_rows, v_target))
-            || v_result;
-    END IF;
-
-    -- 6. Execute as the writer, in a subtransaction, and prove what changed.
     v_locks := agentdb_private.sql_advisory_locks();
-    v_fail := NULL;
-    BEGIN
-        INSERT INTO agentdb_private.sql_scope AS s (backend_pid, user_id, target)
-        VALUES (pg_backend_pid(), p_task.user_id, v_target)
-        ON CONFLICT (backend_pid) DO UPDATE SET user_id = excluded.user_id, target = excluded.target;
-
-        -- The step's marker (sql/63_watch.sql): a watched table's change log
-        -- names this step as the one that made the change.
-        PERFORM set_config('agentdb.call', p_task.id::text || ':' || p_seq::text, true);
-        v_exec := agentdb_private.sql_writer_exec(p_statement, v_path);
-        PERFORM set_config('agentdb.call', '', true);
-        v_rows := (v_exec ->> 'rows')::bigint;
-
-        DELETE FROM agentdb_private.sql_scope AS s WHERE s.backend_pid = pg_backend_pid();
-
-        -- Rows changed per relation, from the transaction's own statistics.
-        FOR v_key, v_delta IN
-            SELECT a.key, a.value::bigint - coalesce((v_exec -> 'before' ->> a.key)::bigint, 0)
-              FROM jsonb_each_text(v_exec -> 'after') AS a LOOP
-            CONTINUE WHEN v_delta = 0;
-            IF agentdb_private.sql_owning_relation(v_key::oid) = ANY (v_tree) THEN
-                v_own := v_own + v_delta;
-            ELSIF (SELECT n.nspname FROM pg_catalog.pg_class AS c
-                     JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-                    WHERE c.oid = agentdb_private.sql_owning_relation(v_key::oid)) IS DISTINCT FROM 'agentdb_private' THEN
-                -- agentdb's own bookkeeping (e.g. a change log trigger) does not count.
-                v_other := v_other || coalesce(agentdb_private.sql_owning_relation(v_key::oid)::regclass::text, v_key);
-            END IF;
-        END LOOP;
-        SELECT c.relkind = 'p' INTO v_partitioned FROM pg_catalog.pg_class AS c WHERE c.oid = v_target;
-
-        IF cardinality(v_other) > 0 THEN
-            v_fail := agentdb_private.not_done('refused', 'side_effect',
-                format('the statement also changed %s', array_to_string(v_other, ', ')));
-        ELSIF (v_exec ->> 'settings_changed')::boolean THEN
-            v_fail := agentdb_private.not_done('refused', 'side_effect', 'the statement changed a session setting');
-        ELSIF NOT v_locks @> agentdb_private.sql_advisory_locks() THEN
-            v_fail := agentdb_private.not_done('refused', 'side_effect', 'the statement took an advisory lock');
-        ELSIF NOT agentdb_private.sql_advisory_locks() @> v_locks THEN
-            v_fail := agentdb_private.not_done('refused', 'side_effect',
-                'the statement released an advisory lock the session held');
-        ELSIF v_rows <> p_expect_rows THEN
-            v_fail := agentdb_private.not_done('unverified', 'row_count',
-                format('expected %s row(s) to change, %s did', p_expect_rows, v_rows),
-                jsonb_build_object('expected_rows', p_expect_rows, 'matched_rows', v_rows));
-        ELSIF v_own <> v_rows AND NOT (v_partitioned AND v_own BETWEEN v_rows AND 2 * v_rows) THEN
-            -- e.g. a trigger on the table changed other rows of it as well.
-            v_fail := agentdb_private.not_done('refused', 'side_effect',
-                format('%s row(s) reported, %s row change(s) counted on %s', v_rows, v_own, v_target));
-        END IF;
-        -- Read back through the change log when the table is watched: the rows
-        -- this step logged on the table must be the rows the statement changed.
-        v_watched := EXISTS (SELECT 1 FROM agentdb_private.watched AS w WHERE w.table_oid = v_target);
-        IF v_fail IS NULL AND v_watched THEN
-            SELECT count(*), jsonb_agg(jsonb_build_object('key', c.key, 'row', coalesce(c.new_row, c.old_row))
-                                       ORDER BY c.id)
-              INTO v_logged, v_log
-              FROM agentdb_private.change_log AS c
-             WHERE c.task_id = p_task.id AND c.seq = p_seq AND c.table_oid = ANY (v_tree);
-            IF v_logged <> v_rows AND NOT (v_partitioned AND v_logged BETWEEN v_rows AND 2 * v_rows) THEN
-                v_fail := agentdb_private.not_done('unverified', 'log_mismatch',
-                    format('%s row(s) changed, %s logged for this step', v_rows, v_logged),
-                    jsonb_build_object('expected_rows', v_rows, 'matched_rows', v_logged));
-            END IF;
-        END IF;
-        IF v_fail IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'AD001', MESSAGE = v_fail ->> 'error';
-        END IF;
-        v_result := v_result || jsonb_build_object(
-            'outcome', 'success', 'refusal', NULL, 'verified', true, 'affected_rows', v_rows,
-            'attempts', 1, 'error', NULL)
-            || CASE WHEN v_rows = 1 AND v_log IS NOT NULL
-                    THEN jsonb_build_object('key', v_log -> 0 -> 'key', 'row', v_log -> 0 -> 'row')
-                    ELSE '{}' END;
-    EXCEPTION
-        WHEN SQLSTATE 'AD001' THEN
-            v_result := v_result || v_fail || jsonb_build_object('attempts', 1);
-        WHEN query_canceled THEN
-            v_result := v_result || agentdb_private.not_done('failed', 'timeout',
-                'the statement was cancelled (statement_timeout)') || jsonb_build_object('attempts', 1);
-        WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
-            v_result := v_result || agentdb_private.not_done(
-                CASE WHEN v_state = '42501' THEN 'refused'
-                     WHEN left(v_state, 2) IN ('22', '23') AND v_state NOT IN ('23505', '23P01') THEN 'invalid'
-                     ELSE 'failed' END,
-                CASE WHEN v_state = '42501' THEN 'sql_denied'
-                     WHEN v_state = '23505' THEN 'unique_violation'
-                     WHEN v_state = '23P01' THEN 'exclusion_violation'
-                     WHEN v_state = '23514' THEN 'check_violation'
-                     WHEN v_state = '23502' THEN 'missing_field'
-                     WHEN v_state = '23503' THEN 'foreign_key_violation'
-                     WHEN v_state = '55P03' THEN 'timeout'
-                     WHEN left(v_state, 2) = '22' THEN 'bad_value'
-                     ELSE 'error' END,
-                format('%s (SQLSTATE %s)', v_msg, v_state),
-                jsonb_build_object('attempts', 1, 'sqlstate', v_state));
-    END;
-    -- A session-level advisory lock outlives the rollback: release it.
+    v_result := v_result || agentdb_private.sql_run(p_task, p_seq, p_statement, v_path, p_expect_rows, v_target,
+                                                    v_locks);
     PERFORM agentdb_private.sql_restore_locks(v_locks);
     RETURN v_result;
 END
@@ -953,6 +1069,88 @@ BEGIN
 END
 $$;
 
+-- The sequences of table p_table's serial and identity columns: INSERT needs
+-- USAGE on them for the default.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_table_sequences(p_table regclass)
+RETURNS SETOF regclass
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT d.objid::regclass
+      FROM pg_catalog.pg_depend AS d
+     WHERE d.refobjid = p_table AND d.classid = 'pg_catalog.pg_class'::regclass
+       AND d.deptype IN ('a', 'i')
+       AND (SELECT c.relkind FROM pg_catalog.pg_class AS c WHERE c.oid = d.objid) = 'S'
+$$;
+
+-- allow_sql, first: may table p_table be enabled, with these arguments? Its
+-- schema, or an error.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_allow_checks(p_table regclass, p_owner_column text, p_max_rows integer)
+RETURNS name
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_kind "char";
+    v_schema name;
+BEGIN
+    IF p_table IS NULL THEN
+        RAISE EXCEPTION 'allow_sql: target table is required' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT c.relkind, n.nspname INTO v_kind, v_schema
+      FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+     WHERE c.oid = p_table;
+    IF v_kind NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION 'allow_sql: % is not a table', p_table
+            USING HINT = 'Only ordinary or partitioned tables can be enabled for run_sql.',
+                  ERRCODE = 'wrong_object_type';
+    END IF;
+    IF v_schema IN ('agentdb', 'agentdb_private', 'pg_catalog', 'information_schema') OR v_schema LIKE 'pg_%' THEN
+        RAISE EXCEPTION 'allow_sql: % belongs to agentdb or the system', p_table USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF p_owner_column IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM agentdb_private.table_columns(p_table) AS c WHERE c.column_name = p_owner_column) THEN
+        RAISE EXCEPTION 'allow_sql: table % has no column %', p_table, quote_literal(p_owner_column)
+            USING HINT = format('Columns of %s: %s', p_table,
+                (SELECT string_agg(c.column_name, ', ') FROM agentdb_private.table_columns(p_table) AS c)),
+                  ERRCODE = 'undefined_column';
+    END IF;
+    IF p_max_rows IS NOT NULL AND p_max_rows < 1 THEN
+        RAISE EXCEPTION 'allow_sql: max_rows must be at least 1, not %', p_max_rows
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN v_schema;
+END
+$$;
+
+-- allow_sql, the row-level security of an owner-scoped table: a restrictive
+-- policy confines the writer to the task user's rows. p_ours: row-level
+-- security is on because agentdb turned it on. Returns p_ours afterwards.
+CREATE OR REPLACE FUNCTION agentdb_private.sql_owner_policies(p_table regclass, p_owner_column text, p_ours boolean)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF (SELECT c.relrowsecurity FROM pg_catalog.pg_class AS c WHERE c.oid = p_table) AND NOT p_ours THEN
+        -- The table has its own policies: leave them to others, give the writer
+        -- a way in that the restrictive policy below narrows.
+        EXECUTE format('CREATE POLICY agentdb_sql_others ON %s AS PERMISSIVE FOR ALL TO agentdb_sql_writer '
+                       'USING (true) WITH CHECK (true)', p_table);
+    ELSE
+        -- Turning row-level security on must not change what anyone else sees.
+        EXECUTE format('CREATE POLICY agentdb_sql_others ON %s AS PERMISSIVE FOR ALL TO PUBLIC '
+                       'USING (true) WITH CHECK (true)', p_table);
+        EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', p_table);
+        p_ours := true;
+    END IF;
+    EXECUTE format('CREATE POLICY agentdb_sql_owner ON %1$s AS RESTRICTIVE FOR ALL TO agentdb_sql_writer '
+                   'USING (%2$I::text = agentdb.sql_user()) WITH CHECK (%2$I::text = agentdb.sql_user())',
+                   p_table, p_owner_column);
+    RETURN p_ours;
+END
+$$;
+
 -- Enable a table for run_sql: the writer role gets SELECT, INSERT, UPDATE and
 -- DELETE on it, and the table is watched (change log). With owner_column,
 -- row-level security confines the writer to the task user's rows (reads and
@@ -970,42 +1168,13 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_kind "char";
-    v_schema name;
-    v_rls boolean;
-    v_prev agentdb_private.sql_tables;
-    v_ours boolean;
+    v_schema name := agentdb_private.sql_allow_checks(target, owner_column, max_rows);
+    v_ours boolean := coalesce((SELECT t.rls_enabled_by_agentdb FROM agentdb_private.sql_tables AS t
+                                 WHERE t.target = allow_sql.target), false);
     v_seq regclass;
 BEGIN
-    IF target IS NULL THEN
-        RAISE EXCEPTION 'allow_sql: target table is required' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    SELECT c.relkind, n.nspname, c.relrowsecurity INTO v_kind, v_schema, v_rls
-      FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-     WHERE c.oid = target;
-    IF v_kind NOT IN ('r', 'p') THEN
-        RAISE EXCEPTION 'allow_sql: % is not a table', target
-            USING HINT = 'Only ordinary or partitioned tables can be enabled for run_sql.',
-                  ERRCODE = 'wrong_object_type';
-    END IF;
-    IF v_schema IN ('agentdb', 'agentdb_private', 'pg_catalog', 'information_schema') OR v_schema LIKE 'pg_%' THEN
-        RAISE EXCEPTION 'allow_sql: % belongs to agentdb or the system', target USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    IF owner_column IS NOT NULL AND NOT EXISTS (
-            SELECT 1 FROM agentdb_private.table_columns(target) AS c WHERE c.column_name = owner_column) THEN
-        RAISE EXCEPTION 'allow_sql: table % has no column %', target, quote_literal(owner_column)
-            USING HINT = format('Columns of %s: %s', target,
-                (SELECT string_agg(c.column_name, ', ') FROM agentdb_private.table_columns(target) AS c)),
-                  ERRCODE = 'undefined_column';
-    END IF;
-    IF max_rows IS NOT NULL AND max_rows < 1 THEN
-        RAISE EXCEPTION 'allow_sql: max_rows must be at least 1, not %', max_rows USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-
-    SELECT * INTO v_prev FROM agentdb_private.sql_tables AS t WHERE t.target = allow_sql.target;
     -- Re-enabling: start from a clean table (the owner column may have changed).
     PERFORM agentdb_private.sql_drop_policies(target);
-    v_ours := coalesce(v_prev.rls_enabled_by_agentdb, false);
     IF v_ours AND owner_column IS NULL THEN
         EXECUTE format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY', target);
         v_ours := false;
@@ -1013,30 +1182,11 @@ BEGIN
 
     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO agentdb_sql_writer', target);
     EXECUTE format('GRANT USAGE ON SCHEMA %I TO agentdb_sql_writer', v_schema);
-    -- serial columns: INSERT needs USAGE on the sequence for the default.
-    FOR v_seq IN SELECT d.objid::regclass FROM pg_catalog.pg_depend AS d
-                  WHERE d.refobjid = target AND d.classid = 'pg_catalog.pg_class'::regclass
-                    AND d.deptype IN ('a', 'i')
-                    AND (SELECT c.relkind FROM pg_catalog.pg_class AS c WHERE c.oid = d.objid) = 'S' LOOP
+    FOR v_seq IN SELECT agentdb_private.sql_table_sequences(target) LOOP
         EXECUTE format('GRANT USAGE ON SEQUENCE %s TO agentdb_sql_writer', v_seq);
     END LOOP;
-
     IF owner_column IS NOT NULL THEN
-        IF v_rls AND NOT v_ours THEN
-            -- The table has its own policies: leave them to others, give the writer
-            -- a way in that the restrictive policy below narrows.
-            EXECUTE format('CREATE POLICY agentdb_sql_others ON %s AS PERMISSIVE FOR ALL TO agentdb_sql_writer '
-                           'USING (true) WITH CHECK (true)', target);
-        ELSE
-            -- Turning row-level security on must not change what anyone else sees.
-            EXECUTE format('CREATE POLICY agentdb_sql_others ON %s AS PERMISSIVE FOR ALL TO PUBLIC '
-                           'USING (true) WITH CHECK (true)', target);
-            EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', target);
-            v_ours := true;
-        END IF;
-        EXECUTE format('CREATE POLICY agentdb_sql_owner ON %1$s AS RESTRICTIVE FOR ALL TO agentdb_sql_writer '
-                       'USING (%2$I::text = agentdb.sql_user()) WITH CHECK (%2$I::text = agentdb.sql_user())',
-                       target, owner_column);
+        v_ours := agentdb_private.sql_owner_policies(target, owner_column, v_ours);
     END IF;
 
     -- Watched (sql/63_watch.sql): every change is logged with the step that made
@@ -1079,10 +1229,7 @@ BEGIN
         EXECUTE format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY', target);
     END IF;
     EXECUTE format('REVOKE ALL ON %s FROM agentdb_sql_writer', target);
-    FOR v_seq IN SELECT d.objid::regclass FROM pg_catalog.pg_depend AS d
-                  WHERE d.refobjid = target AND d.classid = 'pg_catalog.pg_class'::regclass
-                    AND d.deptype IN ('a', 'i')
-                    AND (SELECT c.relkind FROM pg_catalog.pg_class AS c WHERE c.oid = d.objid) = 'S' LOOP
+    FOR v_seq IN SELECT agentdb_private.sql_table_sequences(target) LOOP
         EXECUTE format('REVOKE ALL ON SEQUENCE %s FROM agentdb_sql_writer', v_seq);
     END LOOP;
     SELECT n.nspname INTO v_schema FROM pg_catalog.pg_class AS c

@@ -3,8 +3,8 @@
 -- functions of pg_catalog; a DBA may add a function of their own (a slug, a
 -- normaliser), by its signature, after checking that it has no side effect
 -- and reads no other data: the database check (sql_function_refusal) then lets
--- a statement call it. The Python guard reads the same list through
--- agentdb.sql_functions (pyagentdb.sqlguard.check(..., functions=...)).
+-- a statement call it. agentdb.sql_function_list() (at the end) is the whole
+-- list by name, as the Python guard and the run_sql tool description read it.
 
 -- Add function fn to the list (again: its reason is replaced). The writer role
 -- gets EXECUTE on it when it lacks it (taken back by disallow_sql_function).
@@ -95,3 +95,36 @@ LEFT JOIN pg_catalog.pg_proc AS p ON p.oid = to_regprocedure(f.signature)
 LEFT JOIN pg_catalog.pg_namespace AS n ON p.pronamespace = n.oid;
 
 GRANT SELECT ON agentdb.sql_functions TO agentdb_agent, agentdb_app, agentdb_auditor;
+
+-- The whole allow-list by name, as the Python guard reads it
+-- (pyagentdb.sqlguard.sql_functions) and the run_sql tool description names
+-- it: the functions a DBA added that exist, the built-in list of pg_catalog
+-- and agentdb.sql_user(). unqualified: a statement may call it without its
+-- schema (agentdb is not on the statement's search path). ordinal: the order
+-- the tool description names them in. The database's own check
+-- (sql_function_refusal) is stricter: a DBA's function by its signature, and
+-- an extension's function of a built-in name only without side effects. A
+-- function, not a view: revision 0012's downgrade drops what it reads.
+CREATE OR REPLACE FUNCTION agentdb.sql_function_list()
+RETURNS TABLE (schema_name name, function_name name, unqualified boolean, source text, ordinal integer)
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH listed AS (
+        SELECT f.schema_name, f.function_name, true AS unqualified, 'dba' AS source, 1 AS tier, 0::bigint AS n
+          FROM agentdb.sql_functions AS f
+         WHERE f.present
+        UNION ALL
+        SELECT 'pg_catalog', b.name, true, 'built-in', 2, b.n
+          FROM unnest(agentdb_private.sql_allowed_functions()) WITH ORDINALITY AS b (name, n)
+        UNION ALL
+        SELECT 'agentdb', 'sql_user', false, 'agentdb', 3, 0
+    )
+    SELECT l.schema_name, l.function_name, bool_or(l.unqualified), min(l.source),
+           row_number() OVER (ORDER BY min(l.tier), min(l.n), l.schema_name, l.function_name)::integer
+      FROM listed AS l
+     GROUP BY l.schema_name, l.function_name
+$$;
+
+GRANT EXECUTE ON FUNCTION agentdb.sql_function_list() TO agentdb_agent, agentdb_app, agentdb_auditor;

@@ -125,3 +125,12 @@ def embedded_data_dir():
                    capture_output=True, timeout=180, env={k: v for k, v in os.environ.items()
                                                           if not k.startswith("PYAGENTDB_")})
     shutil.rmtree(path.parent, ignore_errors=True)
+
+
+@pytest.fixture
+def sqldb(db) -> psycopg.Connection:
+    """The run_sql tables of helpers.SQL_TABLES: notes (per user) and stock (shared) enabled,
+    secrets not; u1 may write and delete."""
+    from helpers import enable_sql_tables
+
+    return enable_sql_tables(db)

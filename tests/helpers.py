@@ -131,3 +131,48 @@ def register(conn, **kw) -> dict:
 
 def ident(name: str) -> psycopg.sql.Identifier:
     return psycopg.sql.Identifier(name)
+
+
+# -- run_sql: the tables and calls of tests/test_run_sql.py and tests/reliability/test_hostile*.py
+
+SQL_TABLES = """
+CREATE TABLE public.notes (
+    id integer PRIMARY KEY,
+    user_id text NOT NULL,
+    body text,
+    done boolean NOT NULL DEFAULT false,
+    n integer NOT NULL DEFAULT 0,
+    at timestamptz NOT NULL DEFAULT '2030-01-02 03:04:05+00'
+);
+CREATE TABLE public.stock (sku text PRIMARY KEY, qty integer NOT NULL CHECK (qty >= 0), name text);
+CREATE TABLE public.secrets (id integer PRIMARY KEY, s text);
+INSERT INTO public.notes (id, user_id, body) VALUES
+    (1, 'u1', 'buy milk'), (2, 'u1', 'call mom'), (3, 'u2', 'u2 private');
+INSERT INTO public.stock VALUES ('a', 10, 'apple'), ('b', 20, 'pear'), ('c', 30, 'melon');
+INSERT INTO public.secrets VALUES (1, 'top secret');
+SELECT agentdb.allow_sql('public.notes', owner_column => 'user_id');
+SELECT agentdb.allow_sql('public.stock');
+SELECT agentdb.grant_permission('u1', 'WRITE');
+SELECT agentdb.grant_permission('u1', 'DELETE');
+"""
+
+
+def enable_sql_tables(conn):
+    """notes (per-user, owner column user_id) and stock (shared) enabled for run_sql, secrets
+    not; u1 may write and delete. Returns conn."""
+    conn.execute(SQL_TABLES)
+    return conn
+
+
+def run_sql(conn, task, statement, expect_rows=1, **kw) -> dict:
+    """agentdb.run_sql straight, as any language would call it (named arguments in kw)."""
+    names = "".join(f", {k} => %({k})s" for k in kw)
+    return conn.execute(
+        f"SELECT agentdb.run_sql(%(task)s, %(statement)s, %(expect_rows)s{names})",
+        {"task": task, "statement": statement, "expect_rows": expect_rows, **kw},
+    ).fetchone()[0]
+
+
+def stock(conn) -> dict:
+    """public.stock as {sku: qty}."""
+    return dict(conn.execute("SELECT sku, qty FROM public.stock").fetchall())

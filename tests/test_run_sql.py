@@ -13,53 +13,14 @@ import json
 
 import psycopg
 import pytest
-from helpers import audits, begin, check_recorded, one, rows, scalar, steps
+from helpers import audits, begin, check_recorded, enable_sql_tables, one, rows, run_sql, scalar, steps, stock
 
 from pyagentdb import sqlguard
 from pyagentdb.client import Client
 
-SETUP = """
-CREATE TABLE public.notes (
-    id integer PRIMARY KEY,
-    user_id text NOT NULL,
-    body text,
-    done boolean NOT NULL DEFAULT false,
-    n integer NOT NULL DEFAULT 0
-);
-CREATE TABLE public.stock (sku text PRIMARY KEY, qty integer NOT NULL CHECK (qty >= 0));
-CREATE TABLE public.secrets (id integer PRIMARY KEY, s text);
-INSERT INTO public.notes (id, user_id, body) VALUES
-    (1, 'u1', 'buy milk'), (2, 'u1', 'call mom'), (3, 'u2', 'u2 private');
-INSERT INTO public.stock VALUES ('a', 10), ('b', 20), ('c', 30);
-INSERT INTO public.secrets VALUES (1, 'top secret');
-SELECT agentdb.allow_sql('public.notes', owner_column => 'user_id');
-SELECT agentdb.allow_sql('public.stock');
-SELECT agentdb.grant_permission('u1', 'WRITE');
-SELECT agentdb.grant_permission('u1', 'DELETE');
-"""
-
-
-@pytest.fixture
-def sqldb(db):
-    """notes (per-user, owner column user_id) and stock (shared) enabled for run_sql; secrets not."""
-    db.execute(SETUP)
-    return db
-
-
-def run(conn, task, statement, expect_rows=1, **kw) -> dict:
-    names = "".join(f", {k} => %({k})s" for k in kw)
-    return conn.execute(
-        f"SELECT agentdb.run_sql(%(task)s, %(statement)s, %(expect_rows)s{names})",
-        {"task": task, "statement": statement, "expect_rows": expect_rows, **kw},
-    ).fetchone()[0]
-
 
 def notes(conn) -> list[tuple]:
     return conn.execute("SELECT id, user_id, body, done, n FROM public.notes ORDER BY id").fetchall()
-
-
-def stock(conn) -> dict:
-    return dict(conn.execute("SELECT sku, qty FROM public.stock").fetchall())
 
 
 # --- accepted --------------------------------------------------------------------------------
@@ -67,7 +28,7 @@ def stock(conn) -> dict:
 
 def test_update_with_right_expect_rows_succeeds_and_is_visible(sqldb):
     task = begin(sqldb)
-    receipt = run(sqldb, task, "UPDATE notes SET done = true WHERE id = 1", 1)
+    receipt = run_sql(sqldb, task, "UPDATE notes SET done = true WHERE id = 1", 1)
     step, audit = check_recorded(sqldb, receipt, outcome="success")
     assert receipt["tool"] == "run_sql" and receipt["action"] == "update"
     assert receipt["affected_rows"] == 1
@@ -79,11 +40,11 @@ def test_update_with_right_expect_rows_succeeds_and_is_visible(sqldb):
 
 def test_insert_and_delete(sqldb):
     task = begin(sqldb)
-    receipt = run(sqldb, task, "INSERT INTO notes (id, user_id, body) VALUES (10, agentdb.sql_user(), 'a'), "
-                               "(11, 'u1', 'b')", 2)
+    receipt = run_sql(sqldb, task, "INSERT INTO notes (id, user_id, body) "
+                                   "VALUES (10, agentdb.sql_user(), 'a'), (11, 'u1', 'b')", 2)
     check_recorded(sqldb, receipt, outcome="success")
     assert receipt["action"] == "insert" and receipt["affected_rows"] == 2
-    receipt = run(sqldb, task, "DELETE FROM notes WHERE id IN (10, 11)", 2)
+    receipt = run_sql(sqldb, task, "DELETE FROM notes WHERE id IN (10, 11)", 2)
     check_recorded(sqldb, receipt, outcome="success")
     assert receipt["action"] == "delete"
     assert [r[0] for r in notes(sqldb)] == [1, 2, 3]
@@ -91,7 +52,7 @@ def test_insert_and_delete(sqldb):
 
 def test_bulk_update_of_a_shared_table(sqldb):
     task = begin(sqldb)
-    receipt = run(sqldb, task, "UPDATE stock SET qty = qty - 1 WHERE sku IN ('a', 'b')", 2)
+    receipt = run_sql(sqldb, task, "UPDATE stock SET qty = qty - 1 WHERE sku IN ('a', 'b')", 2)
     check_recorded(sqldb, receipt, outcome="success")
     assert stock(sqldb) == {"a": 9, "b": 19, "c": 30}
 
@@ -104,7 +65,7 @@ def test_bulk_update_of_a_shared_table(sqldb):
 ])
 def test_casing_quoting_and_comments_are_the_same_statement(sqldb, statement):
     assert sqlguard.check(statement).ok
-    receipt = run(sqldb, begin(sqldb), statement, 1)
+    receipt = run_sql(sqldb, begin(sqldb), statement, 1)
     check_recorded(sqldb, receipt, outcome="success")
     assert notes(sqldb)[1][3] is True
 
@@ -114,9 +75,9 @@ def test_semicolons_inside_strings_are_data(sqldb):
     text = "a; DELETE FROM notes; -- b"
     statement = "UPDATE notes SET body = 'a; DELETE FROM notes; -- b' WHERE id = 1"
     assert sqlguard.check(statement).ok
-    check_recorded(sqldb, run(sqldb, task, statement), outcome="success")
-    check_recorded(sqldb, run(sqldb, task, "UPDATE notes SET body = $$x; DROP TABLE secrets$$ WHERE id = 2"),
-                   outcome="success")
+    check_recorded(sqldb, run_sql(sqldb, task, statement), outcome="success")
+    check_recorded(sqldb, run_sql(sqldb, task, "UPDATE notes SET body = $$x; DROP TABLE secrets$$ "
+                                               "WHERE id = 2"), outcome="success")
     assert [r[2] for r in notes(sqldb)][:2] == [text, "x; DROP TABLE secrets"]
     assert scalar(sqldb, "SELECT count(*) FROM public.secrets") == 1
 
@@ -124,20 +85,20 @@ def test_semicolons_inside_strings_are_data(sqldb):
 def test_insert_on_conflict_do_nothing_counts_only_inserted_rows(sqldb):
     task = begin(sqldb)
     statement = "INSERT INTO stock VALUES ('a', 1), ('d', 4) ON CONFLICT (sku) DO NOTHING"
-    check_recorded(sqldb, run(sqldb, task, statement, 1), outcome="success")
+    check_recorded(sqldb, run_sql(sqldb, task, statement, 1), outcome="success")
     assert stock(sqldb) == {"a": 10, "b": 20, "c": 30, "d": 4}
 
 
 def test_returning_is_accepted_and_discarded(sqldb):
-    receipt = run(sqldb, begin(sqldb), "UPDATE stock SET qty = 5 WHERE sku = 'a' RETURNING sku, qty", 1)
+    receipt = run_sql(sqldb, begin(sqldb), "UPDATE stock SET qty = 5 WHERE sku = 'a' RETURNING sku, qty", 1)
     check_recorded(sqldb, receipt, outcome="success")
-    assert receipt["row"] == {"sku": "a", "qty": 5}  # read back from the change log, not RETURNING
+    assert receipt["row"] == {"sku": "a", "qty": 5, "name": "apple"}  # from the change log, not RETURNING
 
 
 def test_a_rule_that_adds_a_statement_is_refused(sqldb):
     sqldb.execute("CREATE RULE also_log AS ON UPDATE TO public.stock DO ALSO "
                   "INSERT INTO public.secrets VALUES (50, 'via rule')")
-    receipt = run(sqldb, begin(sqldb), "UPDATE stock SET qty = 5 WHERE sku = 'a'", 1)
+    receipt = run_sql(sqldb, begin(sqldb), "UPDATE stock SET qty = 5 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="sql_not_simple")
     assert stock(sqldb)["a"] == 10 and scalar(sqldb, "SELECT count(*) FROM public.secrets") == 1
 
@@ -145,12 +106,12 @@ def test_a_rule_that_adds_a_statement_is_refused(sqldb):
 def test_exit_gate_counts_sql_steps(sqldb):
     client = Client(sqldb)
     done = begin(sqldb)
-    run(sqldb, done, "UPDATE notes SET done = true WHERE id = 1", 1)
+    run_sql(sqldb, done, "UPDATE notes SET done = true WHERE id = 1", 1)
     verdict = client.finalize_reply(done, "Done, I've updated it.",
                                     claims=[{"kind": "update"}])
     assert verdict.verdict == "deliver"
     lied = begin(sqldb)
-    run(sqldb, lied, "UPDATE notes SET done = true WHERE id = 3", 1)  # someone else's row: 0 rows
+    run_sql(sqldb, lied, "UPDATE notes SET done = true WHERE id = 3", 1)  # someone else's row: 0 rows
     verdict = client.finalize_reply(lied, "Done, I've updated it.", claims=[{"kind": "update"}])
     assert verdict.replaced and "updated it" not in verdict.text
 
@@ -164,7 +125,7 @@ def test_exit_gate_counts_sql_steps(sqldb):
     ("DELETE FROM stock WHERE qty > 15", 1, 2),
 ])
 def test_wrong_expect_rows_is_rolled_back(sqldb, statement, expect, matched):
-    receipt = run(sqldb, begin(sqldb), statement, expect)
+    receipt = run_sql(sqldb, begin(sqldb), statement, expect)
     check_recorded(sqldb, receipt, outcome="unverified", refusal="row_count")
     assert receipt["expected_rows"] == expect and receipt["matched_rows"] == matched
     assert stock(sqldb) == {"a": 10, "b": 20, "c": 30}
@@ -172,14 +133,14 @@ def test_wrong_expect_rows_is_rolled_back(sqldb, statement, expect, matched):
 
 @pytest.mark.parametrize("expect", [None, 0, -1])
 def test_expect_rows_is_required(sqldb, expect):
-    receipt = run(sqldb, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", expect)
+    receipt = run_sql(sqldb, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", expect)
     check_recorded(sqldb, receipt, outcome="invalid", refusal="expect_rows_required")
     assert stock(sqldb)["a"] == 10
 
 
 def test_max_rows(sqldb):
     sqldb.execute("SELECT agentdb.allow_sql('public.stock', max_rows => 2)")
-    receipt = run(sqldb, begin(sqldb), "UPDATE stock SET qty = 1 WHERE qty > 0", 3)
+    receipt = run_sql(sqldb, begin(sqldb), "UPDATE stock SET qty = 1 WHERE qty > 0", 3)
     check_recorded(sqldb, receipt, outcome="refused", refusal="too_many_rows")
     assert stock(sqldb) == {"a": 10, "b": 20, "c": 30}
 
@@ -243,10 +204,10 @@ BYPASSES = [
 def test_database_refuses_without_the_python_guard(sqldb, role_connect, statement, refusal):
     # The guard would have stopped it first, except a plain write of a table that is not
     # enabled: only the database knows which tables are.
-    assert not sqlguard.check(statement).ok or refusal == "table_not_allowed"
+    assert not sqlguard.Guard(sqldb).check(statement).ok or refusal == "table_not_allowed"
     agent = role_connect("agentdb_agent")
     task = begin(sqldb)
-    receipt = run(agent, task, statement, 1)
+    receipt = run_sql(agent, task, statement, 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal=refusal)
     assert stock(sqldb) == {"a": 10, "b": 20, "c": 30}
     assert scalar(sqldb, "SELECT s FROM public.secrets WHERE id = 1") == "top secret"
@@ -262,7 +223,7 @@ def test_database_refuses_without_the_python_guard(sqldb, role_connect, statemen
 def test_a_prepared_statement_cannot_stand_in(sqldb, role_connect, text):
     agent = role_connect("agentdb_agent")
     agent.execute("PREPARE p AS DELETE FROM public.stock WHERE qty > 0")
-    receipt = run(agent, begin(sqldb), text, 3)
+    receipt = run_sql(agent, begin(sqldb), text, 3)
     check_recorded(sqldb, receipt, outcome="refused", refusal="sql_not_dml")
     assert len(stock(sqldb)) == 3
 
@@ -274,7 +235,7 @@ def test_function_side_effect_on_another_table_is_refused(sqldb):
         CREATE FUNCTION public.sneaky() RETURNS integer LANGUAGE sql SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
         AS $$ INSERT INTO public.secrets VALUES (99, 'planted') RETURNING 1 $$""")
-    receipt = run(sqldb, begin(sqldb), "UPDATE stock SET qty = public.sneaky() WHERE sku = 'a'", 1)
+    receipt = run_sql(sqldb, begin(sqldb), "UPDATE stock SET qty = public.sneaky() WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="function_not_allowed")
     assert "sneaky" in one(sqldb, "SELECT error FROM agentdb.v_steps WHERE step_id = %s",
                            (receipt["step_id"],))["error"]
@@ -291,7 +252,7 @@ def test_trigger_writing_elsewhere(sqldb, definer, refusal):
         BEGIN INSERT INTO public.secrets VALUES (100 + NEW.qty, NEW.sku); RETURN NEW; END $$;
         CREATE TRIGGER copy_out AFTER UPDATE ON public.stock FOR EACH ROW EXECUTE FUNCTION public.copy_out();
     """)
-    receipt = run(sqldb, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
+    receipt = run_sql(sqldb, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal=refusal)
     assert stock(sqldb)["a"] == 10
     assert scalar(sqldb, "SELECT count(*) FROM public.secrets") == 1
@@ -312,16 +273,16 @@ def test_changing_a_session_setting_is_undone(sqldb, role_connect):
     before = scalar(agent, "SHOW search_path")
     statement = ("UPDATE stock SET qty = 1 WHERE sku = 'a' "
                  "AND set_config('search_path', 'evil', false) IS NOT NULL")
-    receipt = run(agent, begin(sqldb), statement, 1)
+    receipt = run_sql(agent, begin(sqldb), statement, 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="function_not_allowed")
     _trigger(sqldb, "PERFORM set_config('search_path', 'evil', false)")
-    receipt = run(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
+    receipt = run_sql(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="side_effect")
     assert scalar(agent, "SHOW search_path") == before
     sqldb.execute("CREATE OR REPLACE FUNCTION public.on_stock() RETURNS trigger LANGUAGE plpgsql "
                   "SET search_path = pg_catalog, pg_temp AS $$ BEGIN "
                   "PERFORM set_config('agentdb.call', 'forged:1', false); RETURN NEW; END $$")
-    receipt = run(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
+    receipt = run_sql(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="side_effect")
     assert scalar(agent, "SELECT coalesce(current_setting('agentdb.call', true), '')") == ""
     assert stock(sqldb)["a"] == 10
@@ -331,7 +292,7 @@ def test_session_advisory_lock_is_released(sqldb, role_connect):
     agent = role_connect("agentdb_agent")
     agent.execute("SELECT pg_advisory_lock(7)")  # the runtime's own lock survives
     _trigger(sqldb, "PERFORM pg_advisory_lock(4242), pg_advisory_lock(-1, -2), pg_advisory_lock_shared(7)")
-    receipt = run(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
+    receipt = run_sql(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="side_effect")
     held = rows(agent, "SELECT classid::bigint AS c, objid::bigint AS o, mode FROM pg_locks "
                        "WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
@@ -343,7 +304,7 @@ def test_session_advisory_unlock_is_a_side_effect(sqldb, role_connect):
     agent = role_connect("agentdb_agent")
     agent.execute("SELECT pg_advisory_lock(7), pg_advisory_lock_shared(8)")
     _trigger(sqldb, "PERFORM pg_advisory_unlock_all()")
-    receipt = run(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
+    receipt = run_sql(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="side_effect")
     assert "released" in one(sqldb, "SELECT error FROM agentdb.v_steps WHERE step_id = %s",
                              (receipt["step_id"],))["error"]
@@ -365,7 +326,7 @@ def test_statement_timeout_is_recorded_as_failed(sqldb, dsn):
     # Waits on the row: cancelled by statement_timeout while running.
     with _hold_row(dsn, "a"), sqldb.transaction():
         sqldb.execute("SET LOCAL statement_timeout = '200ms'")
-        receipt = run(sqldb, task, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
+        receipt = run_sql(sqldb, task, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="failed", refusal="timeout")
     # Cancelled before it ran (here waiting for the table's lock while it is parsed): the same
     # answer, a recorded step (a huge constant folded while planning ends the same way).
@@ -373,7 +334,7 @@ def test_statement_timeout_is_recorded_as_failed(sqldb, dsn):
         holder.execute("LOCK TABLE public.stock IN ACCESS EXCLUSIVE MODE")
         with sqldb.transaction():
             sqldb.execute("SET LOCAL statement_timeout = '200ms'")
-            receipt = run(sqldb, task, "UPDATE stock SET qty = 2 WHERE sku = 'a'", 1)
+            receipt = run_sql(sqldb, task, "UPDATE stock SET qty = 2 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="failed", refusal="timeout")
     assert "before it ran" in one(sqldb, "SELECT error FROM agentdb.v_steps WHERE step_id = %s",
                                   (receipt["step_id"],))["error"]
@@ -382,36 +343,36 @@ def test_statement_timeout_is_recorded_as_failed(sqldb, dsn):
 
 def test_constraint_errors_are_structured(sqldb):
     task = begin(sqldb)
-    receipt = run(sqldb, task, "UPDATE stock SET qty = -1 WHERE sku = 'a'", 1)
+    receipt = run_sql(sqldb, task, "UPDATE stock SET qty = -1 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="invalid", refusal="check_violation")
-    receipt = run(sqldb, task, "INSERT INTO stock VALUES ('a', 1)", 1)
+    receipt = run_sql(sqldb, task, "INSERT INTO stock VALUES ('a', 1)", 1)
     check_recorded(sqldb, receipt, outcome="failed", refusal="unique_violation")
-    receipt = run(sqldb, task, "UPDATE stock SET qty = 'many' WHERE sku = 'a'", 1)
+    receipt = run_sql(sqldb, task, "UPDATE stock SET qty = 'many' WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="invalid", refusal="sql_error")
-    receipt = run(sqldb, task, "UPDATE stock SET nope = 1 WHERE sku = 'a'", 1)
+    receipt = run_sql(sqldb, task, "UPDATE stock SET nope = 1 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="invalid", refusal="sql_error")
-    receipt = run(sqldb, task, "UPDATE stock SET WHERE", 1)
+    receipt = run_sql(sqldb, task, "UPDATE stock SET WHERE", 1)
     check_recorded(sqldb, receipt, outcome="invalid", refusal="sql_error")
     assert stock(sqldb) == {"a": 10, "b": 20, "c": 30}
 
 
 @pytest.mark.parametrize("statement", ["", "   ", ";", "-- nothing", "/* unterminated"])
 def test_empty_or_garbage(sqldb, statement):
-    receipt = run(sqldb, begin(sqldb), statement, 1)
+    receipt = run_sql(sqldb, begin(sqldb), statement, 1)
     assert receipt["outcome"] in ("invalid", "refused")
     check_recorded(sqldb, receipt, outcome=receipt["outcome"])
 
 
 def test_huge_statement(sqldb):
     statement = "UPDATE stock SET qty = 1 WHERE sku = '" + "x" * 30_000 + "'"
-    receipt = run(sqldb, begin(sqldb), statement, 1)
+    receipt = run_sql(sqldb, begin(sqldb), statement, 1)
     check_recorded(sqldb, receipt, outcome="invalid", refusal="too_large")
     assert len(one(sqldb, "SELECT args FROM agentdb.v_steps WHERE step_id = %s",
                    (receipt["step_id"],))["args"]["statement"]) <= sqlguard.MAX_SQL_CHARS
 
 
 def test_sql_null_statement(sqldb):
-    receipt = run(sqldb, begin(sqldb), None, 1)
+    receipt = run_sql(sqldb, begin(sqldb), None, 1)
     check_recorded(sqldb, receipt, outcome="invalid", refusal="sql_error")
 
 
@@ -420,13 +381,13 @@ def test_sql_null_statement(sqldb):
 
 def test_cannot_change_another_users_rows(sqldb):
     task = begin(sqldb)
-    receipt = run(sqldb, task, "UPDATE notes SET body = 'mine now' WHERE id = 3", 1)
+    receipt = run_sql(sqldb, task, "UPDATE notes SET body = 'mine now' WHERE id = 3", 1)
     check_recorded(sqldb, receipt, outcome="unverified", refusal="row_count")
-    receipt = run(sqldb, task, "DELETE FROM notes WHERE user_id = 'u2'", 1)
+    receipt = run_sql(sqldb, task, "DELETE FROM notes WHERE user_id = 'u2'", 1)
     check_recorded(sqldb, receipt, outcome="unverified", refusal="row_count")
-    receipt = run(sqldb, task, "UPDATE notes SET user_id = 'u2' WHERE id = 1", 1)
+    receipt = run_sql(sqldb, task, "UPDATE notes SET user_id = 'u2' WHERE id = 1", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="sql_denied")
-    receipt = run(sqldb, task, "INSERT INTO notes (id, user_id, body) VALUES (9, 'u2', 'planted')", 1)
+    receipt = run_sql(sqldb, task, "INSERT INTO notes (id, user_id, body) VALUES (9, 'u2', 'planted')", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="sql_denied")
     assert notes(sqldb) == [(1, "u1", "buy milk", False, 0), (2, "u1", "call mom", False, 0),
                             (3, "u2", "u2 private", False, 0)]
@@ -434,7 +395,7 @@ def test_cannot_change_another_users_rows(sqldb):
 
 def test_all_my_rows_is_bounded_by_the_owner(sqldb):
     # No WHERE on an owner-scoped table is "all of this user's rows": the row count decides.
-    receipt = run(sqldb, begin(sqldb), "UPDATE notes SET n = n + 1 WHERE n >= 0", 2)
+    receipt = run_sql(sqldb, begin(sqldb), "UPDATE notes SET n = n + 1 WHERE n >= 0", 2)
     check_recorded(sqldb, receipt, outcome="success")
     assert [r[4] for r in notes(sqldb)] == [1, 1, 0]
 
@@ -461,15 +422,15 @@ def test_sql_user_is_null_outside_run_sql(sqldb):
 
 def test_gates_like_invoke(sqldb):
     logged_out = begin(sqldb, authenticated=False)
-    receipt = run(sqldb, logged_out, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
+    receipt = run_sql(sqldb, logged_out, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="not_authenticated")
     no_delete = begin(sqldb, user="u3")
     sqldb.execute("SELECT agentdb.grant_permission('u3', 'WRITE', target => 'public.stock')")
-    receipt = run(sqldb, no_delete, "DELETE FROM stock WHERE sku = 'a'", 1)
+    receipt = run_sql(sqldb, no_delete, "DELETE FROM stock WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="no_permission")
-    receipt = run(sqldb, no_delete, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
+    receipt = run_sql(sqldb, no_delete, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="success")
-    receipt = run(sqldb, no_delete, "UPDATE notes SET done = true WHERE id = 1", 1)
+    receipt = run_sql(sqldb, no_delete, "UPDATE notes SET done = true WHERE id = 1", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="no_permission")
     assert stock(sqldb)["a"] == 1
 
@@ -477,13 +438,13 @@ def test_gates_like_invoke(sqldb):
 def test_closed_task(sqldb):
     task = begin(sqldb)
     sqldb.execute("SELECT agentdb.report(%s)", (task,))
-    receipt = run(sqldb, task, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
+    receipt = run_sql(sqldb, task, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="closed")
 
 
 def test_unknown_task_is_audited(sqldb):
     nobody = "00000000-0000-0000-0000-000000000000"
-    receipt = run(sqldb, nobody, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
+    receipt = run_sql(sqldb, nobody, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
     assert receipt["outcome"] == "refused" and receipt["refusal"] == "unknown_task"
     assert "step_id" not in receipt
     assert scalar(sqldb, "SELECT count(*) FROM agentdb.v_audit WHERE task_id = %s AND tool = 'run_sql'",
@@ -492,8 +453,8 @@ def test_unknown_task_is_audited(sqldb):
 
 def test_same_call_id_does_not_write_twice(sqldb):
     task = begin(sqldb)
-    first = run(sqldb, task, "UPDATE stock SET qty = qty + 1 WHERE sku = 'a'", 1, call_id="c-1")
-    again = run(sqldb, task, "UPDATE stock SET qty = qty + 1 WHERE sku = 'a'", 1, call_id="c-1")
+    first = run_sql(sqldb, task, "UPDATE stock SET qty = qty + 1 WHERE sku = 'a'", 1, call_id="c-1")
+    again = run_sql(sqldb, task, "UPDATE stock SET qty = qty + 1 WHERE sku = 'a'", 1, call_id="c-1")
     assert again["replayed"] is True and again["step_id"] == first["step_id"]
     assert stock(sqldb)["a"] == 11
     assert len(steps(sqldb, task)) == 1
@@ -503,7 +464,7 @@ def test_steps_and_audit_rows_for_every_call(sqldb, role_connect):
     agent = role_connect("agentdb_agent")
     me = scalar(agent, "SELECT session_user")
     task = begin(sqldb)
-    outcomes = [run(agent, task, s, e)["outcome"] for s, e in [
+    outcomes = [run_sql(agent, task, s, e)["outcome"] for s, e in [
         ("UPDATE stock SET qty = 1 WHERE sku = 'a'", 1),
         ("UPDATE stock SET qty = 1 WHERE sku = 'b'", 5),
         ("DELETE FROM secrets WHERE id = 1", 1),
@@ -519,8 +480,8 @@ def test_steps_and_audit_rows_for_every_call(sqldb, role_connect):
 
 def test_report_lists_sql_steps_in_plain_words(sqldb):
     task = begin(sqldb)
-    run(sqldb, task, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
-    run(sqldb, task, "DELETE FROM secrets WHERE id = 1", 1)
+    run_sql(sqldb, task, "UPDATE stock SET qty = 1 WHERE sku = 'a'", 1)
+    run_sql(sqldb, task, "DELETE FROM secrets WHERE id = 1", 1)
     text = scalar(sqldb, "SELECT agentdb.report_text(%s, 'en')", (task,))
     assert "change the data" in text or "Change the data" in text
     assert "secrets" not in text and "run_sql" not in text
@@ -531,7 +492,7 @@ def test_report_lists_sql_steps_in_plain_words(sqldb):
 
 def test_agent_can_run_sql_but_not_touch_tables(sqldb, role_connect):
     agent = role_connect("agentdb_agent")
-    receipt = run(agent, begin(sqldb), "UPDATE stock SET qty = 2 WHERE sku = 'a'", 1)
+    receipt = run_sql(agent, begin(sqldb), "UPDATE stock SET qty = 2 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="success")
     for statement in [
         "UPDATE public.stock SET qty = 0 WHERE sku = 'a'",
@@ -601,13 +562,13 @@ def test_disallow_undoes_allow(sqldb):
     assert scalar(sqldb, "SELECT count(*) FROM pg_policy WHERE polrelid = 'public.notes'::regclass") == 0
     assert scalar(sqldb, "SELECT has_table_privilege('agentdb_sql_writer', 'public.notes', "
                          "'SELECT')") is False
-    receipt = run(sqldb, begin(sqldb), "UPDATE notes SET done = true WHERE id = 1", 1)
+    receipt = run_sql(sqldb, begin(sqldb), "UPDATE notes SET done = true WHERE id = 1", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="table_not_allowed")
     assert notes(sqldb)[0][3] is False
 
 
 def test_allow_keeps_existing_row_level_security(db):
-    db.execute(SETUP)
+    enable_sql_tables(db)
     db.execute("""
         CREATE TABLE public.docs (id integer PRIMARY KEY, owner text NOT NULL, body text);
         INSERT INTO public.docs VALUES (1, 'u1', 'a'), (2, 'u2', 'b');
@@ -616,7 +577,7 @@ def test_allow_keeps_existing_row_level_security(db):
     db.execute("SELECT agentdb.allow_sql('public.docs', owner_column => 'owner')")
     assert scalar(db, "SELECT rls_enabled_by_agentdb FROM agentdb.sql_tables "
                       "WHERE target = 'public.docs'::regclass") is False
-    receipt = run(db, begin(db), "UPDATE docs SET body = 'z' WHERE id IN (1, 2)", 1)
+    receipt = run_sql(db, begin(db), "UPDATE docs SET body = 'z' WHERE id IN (1, 2)", 1)
     check_recorded(db, receipt, outcome="success")
     db.execute("SELECT agentdb.disallow_sql('public.docs')")
     assert scalar(db, "SELECT relrowsecurity FROM pg_class WHERE oid = 'public.docs'::regclass") is True
@@ -643,7 +604,7 @@ def test_allow_sql_refuses_a_view(sqldb):
 
 
 def test_partitioned_table(db):
-    db.execute(SETUP)
+    enable_sql_tables(db)
     db.execute("""
         CREATE TABLE public.events (id integer, region text, note text, PRIMARY KEY (id, region))
             PARTITION BY LIST (region);
@@ -652,9 +613,10 @@ def test_partitioned_table(db):
         INSERT INTO public.events VALUES (1, 'eu', 'a'), (2, 'us', 'b');
         SELECT agentdb.allow_sql('public.events');""")
     task = begin(db)
-    check_recorded(db, run(db, task, "UPDATE events SET note = 'x' WHERE id > 0", 2), outcome="success")
-    check_recorded(db, run(db, task, "UPDATE events SET region = 'us' WHERE id = 1", 1), outcome="success")
-    check_recorded(db, run(db, task, "UPDATE events_eu SET note = 'y' WHERE id = 1", 1),
+    check_recorded(db, run_sql(db, task, "UPDATE events SET note = 'x' WHERE id > 0", 2), outcome="success")
+    check_recorded(db, run_sql(db, task, "UPDATE events SET region = 'us' WHERE id = 1", 1),
+                   outcome="success")
+    check_recorded(db, run_sql(db, task, "UPDATE events_eu SET note = 'y' WHERE id = 1", 1),
                    outcome="refused", refusal="table_not_allowed")
     assert db.execute("SELECT id, region, note FROM public.events ORDER BY id").fetchall() == [
         (1, "us", "x"), (2, "us", "x")]
@@ -728,14 +690,14 @@ def test_enabled_tables_are_watched(sqldb):
 def test_reads_back_through_the_change_log(sqldb, role_connect):
     agent = role_connect("agentdb_agent")
     task = begin(sqldb)
-    receipt = run(agent, task, "UPDATE stock SET qty = 7 WHERE sku = 'a'", 1)
+    receipt = run_sql(agent, task, "UPDATE stock SET qty = 7 WHERE sku = 'a'", 1)
     check_recorded(sqldb, receipt, outcome="success")
     assert receipt["key"] == {"sku": "a"} and receipt["row"]["qty"] == 7
     logged = rows(sqldb, "SELECT task_id::text, seq, op FROM agentdb_private.change_log")
     assert logged == [{"task_id": str(task), "seq": receipt["seq"], "op": "UPDATE"}]
     assert scalar(sqldb, "SELECT count(*) FROM agentdb.v_unlogged_changes") == 0
     # A rolled-back statement leaves nothing in the log.
-    receipt = run(agent, task, "UPDATE stock SET qty = 8 WHERE qty > 0", 1)
+    receipt = run_sql(agent, task, "UPDATE stock SET qty = 8 WHERE qty > 0", 1)
     check_recorded(sqldb, receipt, outcome="unverified", refusal="row_count")
     assert scalar(sqldb, "SELECT count(*) FROM agentdb_private.change_log") == 1
 
@@ -774,8 +736,10 @@ def test_tool_definition_passes_the_sdk_types(sqldb, fmt):
     tool = sqlguard.tool_definition(sqldb, fmt)
     CHECKS[fmt](tool)
     text = json.dumps(tool, ensure_ascii=False)
-    assert "public.notes(id, user_id=agentdb.sql_user(), body, done, n)" in text
-    assert "public.stock(sku, qty)" in text and "secrets" not in text
+    assert "public.notes(id, user_id=agentdb.sql_user(), body, done, n, at)" in text
+    assert "public.stock(sku, qty, name)" in text and "secrets" not in text
+    names = sqlguard.sql_functions(sqldb).names  # the database's list, in its order
+    assert f"functions only {names[0]}(), {names[1]}()" in text
 
 
 def test_tool_description_stays_within_the_limit(sqldb):
@@ -822,9 +786,3 @@ def test_reserved_call_id_prefixes_are_refused_and_not_stored(db):
     assert (receipt["outcome"], receipt["refusal"]) == ("invalid", "bad_call_id")
     assert db.execute("SELECT note FROM public.rsv").fetchone() == ("a",)
     assert db.execute("SELECT count(*) FROM agentdb.v_steps WHERE call_id LIKE 'draft:%'").fetchone()[0] == 0
-
-
-def test_the_guard_and_the_database_allow_the_same_functions(db):
-    listed = db.execute("SELECT agentdb_private.sql_allowed_functions()").fetchone()[0]
-    assert sorted(listed) == sorted(sqlguard.ALLOWED_FUNCTIONS)
-    assert len(listed) == len(set(listed))

@@ -1,4 +1,5 @@
-"""The pglast guard for agent-written SQL (pyagentdb.sqlguard.check): table-driven, no server.
+"""The pglast guard for agent-written SQL (pyagentdb.sqlguard.check): table-driven. The server
+is asked once, for the function allow-list it holds (the guard has no copy of its own).
 
 Each refusal names a stable code; each acceptance names the statement kind and the table.
 Known bypass shapes of parser allow-lists are here (function in FROM, comments hiding
@@ -8,10 +9,33 @@ tests/test_run_sql.py shows the database refusing the same shapes without it.
 
 from __future__ import annotations
 
+import uuid
+
+import psycopg
 import pytest
+from pytest_postgresql.janitor import DatabaseJanitor
 
 from pyagentdb import sqlguard
-from pyagentdb.sqlguard import MAX_SQL_CHARS, check
+from pyagentdb.sqlguard import MAX_SQL_CHARS
+
+
+@pytest.fixture(scope="module")
+def functions(postgresql_noproc) -> sqlguard.Functions:
+    """The allow-list of a fresh install (a database cloned from the tests' template)."""
+    proc = postgresql_noproc
+    name = f"guard_{uuid.uuid4().hex[:8]}"
+    with DatabaseJanitor(user=proc.user, host=proc.host, port=proc.port, dbname=name,
+                         template_dbname=proc.template_dbname, password=proc.password,
+                         maintenance_dbname=proc.maintenance_dbname), \
+            psycopg.connect(host=proc.host, port=proc.port, user=proc.user, password=proc.password,
+                            dbname=name) as conn:
+        return sqlguard.sql_functions(conn)
+
+
+@pytest.fixture
+def check(functions):
+    """sqlguard.check with the database's allow-list."""
+    return lambda sql: sqlguard.check(sql, functions=functions)
 
 # (statement, kind, table)
 ACCEPTED = [
@@ -168,7 +192,7 @@ REFUSED = [
 
 
 @pytest.mark.parametrize(("sql", "kind", "table"), ACCEPTED)
-def test_accepted(sql, kind, table):
+def test_accepted(check, sql, kind, table):
     result = check(sql)
     assert result.ok, result
     assert bool(result) is True
@@ -178,7 +202,7 @@ def test_accepted(sql, kind, table):
 
 
 @pytest.mark.parametrize(("sql", "code"), REFUSED)
-def test_refused(sql, code):
+def test_refused(check, sql, code):
     result = check(sql)
     assert not result.ok, result
     assert bool(result) is False
@@ -187,7 +211,7 @@ def test_refused(sql, code):
     assert result.table is None
 
 
-def test_refusal_names_the_statement_kind():
+def test_refusal_names_the_statement_kind(check):
     assert check("DROP TABLE notes").statement_kind == "ddl"
     assert check("SELECT 1").statement_kind == "select"
     assert check("COPY notes TO STDOUT").statement_kind == "copy"
@@ -195,7 +219,7 @@ def test_refusal_names_the_statement_kind():
     assert "DDL" in check("ALTER TABLE notes DROP COLUMN body").reason
 
 
-def test_functions_used_are_reported():
+def test_functions_used_are_reported(check):
     result = check("INSERT INTO notes (user_id, body) VALUES (agentdb.sql_user(), lower(trim(' X ')))")
     assert result.ok
     # TRIM(...) is SQL syntax for pg_catalog.btrim
@@ -203,17 +227,17 @@ def test_functions_used_are_reported():
     assert check("UPDATE notes SET done = true WHERE id = 1").functions == ()
 
 
-def test_refusal_reason_names_the_function():
+def test_refusal_reason_names_the_function(check):
     result = check("UPDATE notes SET body = pg_read_file('/etc/passwd') WHERE id = 1")
     assert "pg_read_file" in result.reason
 
 
 @pytest.mark.parametrize("value", [None, 42, b"DELETE FROM notes WHERE id = 1", ["DELETE"]])
-def test_not_text(value):
+def test_not_text(check, value):
     assert check(value).code == "not_text"
 
 
-def test_huge_input_is_refused_before_parsing():
+def test_huge_input_is_refused_before_parsing(check):
     big = "INSERT INTO notes (body) VALUES ('" + "x" * (MAX_SQL_CHARS + 1) + "')"
     result = check(big)
     assert result.code == "too_large"
@@ -222,7 +246,7 @@ def test_huge_input_is_refused_before_parsing():
     assert check(huge).code == "too_large"
 
 
-def test_largest_accepted_input_parses():
+def test_largest_accepted_input_parses(check):
     rows = ", ".join(f"('u1', 'row {i}')" for i in range(900))
     sql = f"INSERT INTO notes (user_id, body) VALUES {rows}"
     assert len(sql) < MAX_SQL_CHARS
@@ -234,13 +258,13 @@ def test_largest_accepted_input_parses():
     "UPDATE notes SET n = " + "-" * 1 + "(" * 4000 + "1" + ")" * 4000 + " + " + "abs(" * 2000 + "1"
     + ")" * 2000 + " WHERE id = 1",
 ])
-def test_deep_nesting_is_refused_not_a_crash(sql):
+def test_deep_nesting_is_refused_not_a_crash(check, sql):
     result = check(sql)
     assert not result.ok
     assert result.code in ("too_complex", "unparsable", "too_large")
 
 
-def test_parentheses_alone_do_not_make_a_tree_deep():
+def test_parentheses_alone_do_not_make_a_tree_deep(check):
     assert check("UPDATE notes SET n = " + "(" * 5000 + "1" + ")" * 5000 + " WHERE id = 1").ok
 
 
@@ -252,13 +276,14 @@ def test_every_refusal_code_is_documented():
     assert missing == []
 
 
-def test_as_dict_is_json_ready():
+def test_as_dict_is_json_ready(check):
     import json
 
     data = check("DELETE FROM notes WHERE id = 1").as_dict()
     assert json.loads(json.dumps(data))["table"] == "notes"
     assert data["ok"] is True and data["code"] is None
     assert sqlguard.check("DELETE FROM notes").as_dict()["code"] == "no_where"
+    assert sqlguard.check("DELETE FROM notes WHERE id = abs(-1)").as_dict()["code"] == "no_function_list"
 
 
 def test_cli_sql_check(capsys):

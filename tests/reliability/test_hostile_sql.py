@@ -12,45 +12,16 @@ import time
 
 import psycopg
 import pytest
-from helpers import begin, check_recorded, scalar
+from helpers import begin, check_recorded, run_sql, scalar, stock
 
 from pyagentdb import sqlguard
 
 from .conftest import record
 
-SETUP = """
-CREATE TABLE public.notes (id integer PRIMARY KEY, user_id text NOT NULL, body text,
-                           at timestamptz NOT NULL DEFAULT '2030-01-02 03:04:05+00');
-CREATE TABLE public.stock (sku text PRIMARY KEY, qty integer NOT NULL, name text);
-CREATE TABLE public.secrets (id integer PRIMARY KEY, s text);
-INSERT INTO public.notes (id, user_id, body) VALUES (1, 'u1', 'buy milk'), (2, 'u1', 'call mom'),
-                                                    (3, 'u2', 'u2 private');
-INSERT INTO public.stock VALUES ('a', 10, 'apple'), ('b', 20, 'pear'), ('c', 30, 'melon');
-INSERT INTO public.secrets VALUES (1, 'top secret');
-SELECT agentdb.allow_sql('public.notes', owner_column => 'user_id');
-SELECT agentdb.allow_sql('public.stock');
-SELECT agentdb.grant_permission('u1', 'WRITE');
-SELECT agentdb.grant_permission('u1', 'DELETE');
-"""
-
-
-@pytest.fixture
-def sqldb(db):
-    db.execute(SETUP)
-    return db
-
 
 @pytest.fixture
 def agent(sqldb, role_connect):
     return role_connect("agentdb_agent")
-
-
-def run(conn, task, statement, expect_rows=1) -> dict:
-    return conn.execute("SELECT agentdb.run_sql(%s, %s, %s)", (task, statement, expect_rows)).fetchone()[0]
-
-
-def stock(conn) -> dict:
-    return dict(conn.execute("SELECT sku, qty FROM public.stock").fetchall())
 
 
 def advisory_locks(conn) -> list[tuple]:
@@ -70,11 +41,12 @@ UNLOCKS = ["pg_advisory_unlock(7)", "pg_advisory_unlock_all() IS NOT NULL", "pg_
 def test_advisory_unlock_cannot_release_the_runtimes_locks(sqldb, agent, call, expect):
     agent.execute("SELECT pg_advisory_lock(7), pg_advisory_lock_shared(8)")
     held = advisory_locks(agent)
-    receipt = run(agent, begin(sqldb), f"UPDATE stock SET qty = 1 WHERE sku = 'a' AND {call}", expect)
+    receipt = run_sql(agent, begin(sqldb), f"UPDATE stock SET qty = 1 WHERE sku = 'a' AND {call}", expect)
     check_recorded(sqldb, receipt, outcome="refused", refusal="function_not_allowed")
     assert advisory_locks(agent) == held
     assert stock(sqldb)["a"] == 10
-    assert not sqlguard.check(f"UPDATE stock SET qty = 1 WHERE sku = 'a' AND {call}").ok
+    assert sqlguard.Guard(sqldb).check(f"UPDATE stock SET qty = 1 WHERE sku = 'a' AND {call}").code \
+        == "function_call"
     record("escapes", tried=1, found=0)
 
 
@@ -83,7 +55,7 @@ def test_advisory_unlock_cannot_release_the_runtimes_locks(sqldb, agent, call, e
 def test_pg_notify_reaches_no_listener(sqldb, agent, dsn, call):
     with psycopg.connect(dsn, autocommit=True) as listener:
         listener.execute("LISTEN agentdb_actions")
-        receipt = run(agent, begin(sqldb), f"UPDATE stock SET qty = 1 WHERE sku = 'a' AND {call}", 1)
+        receipt = run_sql(agent, begin(sqldb), f"UPDATE stock SET qty = 1 WHERE sku = 'a' AND {call}", 1)
         check_recorded(sqldb, receipt, outcome="refused", refusal="function_not_allowed")
         time.sleep(0.05)
         listener.execute("SELECT 1")
@@ -99,7 +71,7 @@ def test_pg_notify_reaches_no_listener(sqldb, agent, dsn, call):
 ])
 def test_custom_settings_do_not_outlive_the_call(sqldb, agent, call):
     agent.execute("SELECT set_config('app.tenant_id', '1', false)")
-    receipt = run(agent, begin(sqldb), f"UPDATE stock SET qty = 1 WHERE sku = 'a' AND {call}", 1)
+    receipt = run_sql(agent, begin(sqldb), f"UPDATE stock SET qty = 1 WHERE sku = 'a' AND {call}", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="function_not_allowed")
     assert scalar(agent, "SELECT current_setting('app.tenant_id')") == "1"
     assert stock(sqldb)["a"] == 10
@@ -111,15 +83,15 @@ def test_the_random_seed_is_not_touched(sqldb, agent, call):
     agent.execute("SELECT setseed(0.25), random()")
     first = scalar(agent, "SELECT random()")
     agent.execute("SELECT setseed(0.25), random()")
-    receipt = run(agent, begin(sqldb), f"UPDATE stock SET qty = 1 WHERE sku = 'a' AND {call}", 1)
+    receipt = run_sql(agent, begin(sqldb), f"UPDATE stock SET qty = 1 WHERE sku = 'a' AND {call}", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="function_not_allowed")
     assert scalar(agent, "SELECT random()") == first
 
 
 def test_logical_message_writes_no_wal(sqldb, agent):
     lsn = scalar(sqldb, "SELECT pg_current_wal_lsn()")
-    receipt = run(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a' AND "
-                  "pg_logical_emit_message(false, 'x', repeat('x', 5000000)) IS NOT NULL", 1)
+    receipt = run_sql(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku = 'a' AND "
+                      "pg_logical_emit_message(false, 'x', repeat('x', 5000000)) IS NOT NULL", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="function_not_allowed")
     written = scalar(sqldb, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn,))
     assert written < 1_000_000
@@ -133,7 +105,7 @@ def test_huge_value_is_a_recorded_failure(sqldb, agent, value):
     task = begin(sqldb)
     with agent.transaction():
         agent.execute("SET LOCAL statement_timeout = '1s'")
-        receipt = run(agent, task, f"UPDATE stock SET name = {value} WHERE sku = 'a'", 1)
+        receipt = run_sql(agent, task, f"UPDATE stock SET name = {value} WHERE sku = 'a'", 1)
     assert receipt["outcome"] in ("failed", "invalid", "refused"), receipt
     check_recorded(sqldb, receipt, outcome=receipt["outcome"])
     assert stock(sqldb)["a"] == 10
@@ -146,7 +118,7 @@ def test_huge_value_is_a_recorded_failure(sqldb, agent, value):
                                   "query_to_xml('SELECT * FROM secrets', true, true, '')::text",
                                   "dblink_connect('x')"])
 def test_refusal_names_the_function_not_a_table(sqldb, agent, call):
-    receipt = run(agent, begin(sqldb), f"UPDATE stock SET name = {call} WHERE sku = 'a'", 1)
+    receipt = run_sql(agent, begin(sqldb), f"UPDATE stock SET name = {call} WHERE sku = 'a'", 1)
     if receipt["refusal"] == "sql_error":  # dblink is not installed here: an unknown function
         assert "does not exist" in receipt.get("error", "") or True
         check_recorded(sqldb, receipt, outcome="invalid", refusal="sql_error")
@@ -162,14 +134,14 @@ def test_on_conflict_on_a_per_user_table_reveals_nothing_new(sqldb, agent):
     so an agent cannot probe keys quietly. A plain INSERT still fails on the key, as any unique
     constraint does for any role (docs/threat-model.md)."""
     task = begin(sqldb)
-    receipt = run(agent, task, "INSERT INTO notes (id, user_id, body) VALUES (3, agentdb.sql_user(), 'x') "
-                               "ON CONFLICT DO NOTHING", 1)
+    receipt = run_sql(agent, task, "INSERT INTO notes (id, user_id, body) "
+                                   "VALUES (3, agentdb.sql_user(), 'x') ON CONFLICT DO NOTHING", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="sql_not_simple")
-    receipt = run(agent, task, "INSERT INTO notes (id, user_id, body) VALUES (4, agentdb.sql_user(), 'x') "
-                               "ON CONFLICT (id) DO NOTHING", 1)
+    receipt = run_sql(agent, task, "INSERT INTO notes (id, user_id, body) "
+                                   "VALUES (4, agentdb.sql_user(), 'x') ON CONFLICT (id) DO NOTHING", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="sql_not_simple")
     # On a shared table every row is visible anyway: DO NOTHING stays allowed.
-    receipt = run(agent, task, "INSERT INTO stock VALUES ('d', 1) ON CONFLICT DO NOTHING", 1)
+    receipt = run_sql(agent, task, "INSERT INTO stock VALUES ('d', 1) ON CONFLICT DO NOTHING", 1)
     check_recorded(sqldb, receipt, outcome="success")
 
 
@@ -187,7 +159,7 @@ def test_immutable_function_is_refused_before_planning(sqldb, agent):
         END $$""")
     for statement in ["UPDATE stock SET qty = public.fold_me(77) WHERE sku = 'a'",
                       "UPDATE stock SET qty = fold_me(78) WHERE sku = 'a'"]:
-        receipt = run(agent, begin(sqldb), statement, 1)
+        receipt = run_sql(agent, begin(sqldb), statement, 1)
         check_recorded(sqldb, receipt, outcome="refused", refusal="function_not_allowed")
         assert scalar(agent, "SELECT current_setting('app.planted', true)") in (None, "")
         assert advisory_locks(agent) == []
@@ -201,7 +173,7 @@ def test_a_shadowing_operator_is_refused(sqldb, agent):
         SET search_path = pg_catalog, pg_temp
         AS $$ INSERT INTO public.secrets VALUES (9, $1) RETURNING true $$;
         CREATE OPERATOR public.=== (LEFTARG = text, RIGHTARG = text, FUNCTION = public.leak)""")
-    receipt = run(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku === 'a'", 1)
+    receipt = run_sql(agent, begin(sqldb), "UPDATE stock SET qty = 1 WHERE sku === 'a'", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="function_not_allowed")
     assert scalar(sqldb, "SELECT count(*) FROM public.secrets") == 1
 
@@ -214,7 +186,7 @@ def test_where_current_of_a_session_cursor_is_refused(sqldb, role_connect):
     with agent.transaction():
         agent.execute("DECLARE c CURSOR FOR SELECT * FROM public.stock WHERE sku = 'a'")
         agent.execute("FETCH 1 FROM c")
-        receipt = run(agent, task, "UPDATE stock SET qty = 1 WHERE CURRENT OF c", 1)
+        receipt = run_sql(agent, task, "UPDATE stock SET qty = 1 WHERE CURRENT OF c", 1)
     check_recorded(sqldb, receipt, outcome="refused", refusal="sql_not_simple")
     assert stock(sqldb)["a"] == 10
     assert sqlguard.check("UPDATE stock SET qty = 1 WHERE CURRENT OF c").code == "unsupported"
@@ -244,9 +216,9 @@ SYNTAX = [
 
 @pytest.mark.parametrize("statement", SYNTAX)
 def test_plain_sql_syntax_is_accepted_on_both_paths(sqldb, agent, statement):
-    verdict = sqlguard.check(statement)
+    verdict = sqlguard.Guard(sqldb).check(statement)
     assert verdict.ok, verdict
-    receipt = run(agent, begin(sqldb), statement, 1)
+    receipt = run_sql(agent, begin(sqldb), statement, 1)
     check_recorded(sqldb, receipt, outcome="success")
 
 
@@ -257,7 +229,7 @@ def test_plain_sql_syntax_is_accepted_on_both_paths(sqldb, agent, statement):
     ("UPDATE notes SET body = version() WHERE id = 1", "version("),
 ])
 def test_refusal_names_what_the_model_wrote(sqldb, statement, written):
-    verdict = sqlguard.check(statement)
+    verdict = sqlguard.Guard(sqldb).check(statement)
     assert not verdict.ok and verdict.code == "function_call"
     assert written in verdict.reason, verdict.reason
     assert "pg_catalog." not in verdict.reason
