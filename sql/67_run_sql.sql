@@ -363,7 +363,9 @@ END
 $$;
 
 -- Execute the (already planned) statement and report what the transaction's
--- statistics and the session's settings looked like around it.
+-- statistics and the session's settings looked like around it. The two
+-- readings are written out twice on purpose: as the writer, this function
+-- may call nothing of agentdb_private, where a shared helper would live.
 CREATE OR REPLACE FUNCTION agentdb_private.sql_writer_exec(p_statement text, p_path text)
 RETURNS jsonb
 LANGUAGE plpgsql
