@@ -1,4 +1,4 @@
-"""Benchmark: agentdb.invoke on a Citus cluster (through its coordinator) against one node.
+"""Benchmark: agentdb.invoke_for on a Citus cluster (through its coordinator) against one node.
 
 For each target (--dsn: a database on a Citus coordinator with its workers registered;
 --single-dsn: a database on one plain PostgreSQL) and each client count (--clients 1,8,32),
@@ -6,7 +6,7 @@ every client has its own connection and its own user (so the clients are spread 
 tenants, and over the workers), and runs, in rounds:
 
   raw     INSERT INTO public.reminders (user_id, content, remind_at) ... RETURNING *
-  invoke  SELECT agentdb.invoke(user_id => ..., task => ..., tool => 'add_reminder', args => ...)
+  invoke  SELECT agentdb.invoke_for(user_id => ..., task => ..., tool => 'add_reminder', args => ...)
           (the user_id-first form: on Citus one statement, delegated to the user's worker)
 
 for --seconds each, alternating. Reported per target and client count: calls/s, p50/p99 of
@@ -59,7 +59,7 @@ TOOL = """SELECT agentdb.register_tool(
     label_zh => '记一条提醒', label_en => 'set a reminder', owner_column => 'user_id',
     dedup_columns => ARRAY['content', 'remind_at'])"""
 RAW = "INSERT INTO public.reminders (user_id, content, remind_at) VALUES (%s, %s, %s) RETURNING *"
-INVOKE = "SELECT agentdb.invoke(user_id => %s, task => %s, tool => 'add_reminder', args => %s)"
+INVOKE = "SELECT agentdb.invoke_for(user_id => %s, task => %s, tool => 'add_reminder', args => %s)"
 CALLS_PER_TASK = 20
 
 

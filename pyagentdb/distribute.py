@@ -171,6 +171,34 @@ SELECT p.oid::regprocedure::text
 """
 
 
+# Entry points taking user_id, and whether Citus delegates them (distribution argument set).
+_ENTRY_POINTS_SQL = """
+SELECT p.oid::regprocedure::text
+  FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+ WHERE n.nspname = 'agentdb' AND %(tenant)s = ANY (coalesce(p.proargnames, '{}'))
+   AND (has_function_privilege('agentdb_agent', p.oid, 'EXECUTE')
+        OR has_function_privilege('agentdb_app', p.oid, 'EXECUTE'))
+   AND EXISTS (SELECT 1 FROM pg_dist_object AS o
+                WHERE o.classid = 'pg_proc'::regclass AND o.objid = p.oid
+                  AND o.distribution_argument_index IS NOT NULL) = """
+
+
+def delegate(conn) -> list[str]:
+    """On a distributed schema, delegate by user_id every entry point that takes it and is not
+    delegated yet (all of them when distributing; those an upgrade added later). Returns their
+    signatures; [] where the tasks are not distributed (one node, or not yet)."""
+    if not conn.execute("SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = %s::regclass)",
+                        (ROOT,)).fetchone()[0]:
+        return []
+    done = []
+    for (signature,) in conn.execute(_ENTRY_POINTS_SQL + " %(delegated)s ORDER BY 1",
+                                     {"tenant": TENANT, "delegated": False}).fetchall():
+        conn.execute("SELECT create_distributed_function(%s, %s, colocate_with => %s)",
+                     (signature, TENANT, ROOT))
+        done.append(signature)
+    return done
+
+
 def _params() -> dict:
     return {"tenant": TENANT, "tables": list(TENANT_TABLES), "columns": [column_of(t) for t in TENANT_TABLES],
             "reference": list(REFERENCE_TABLES)}
@@ -352,17 +380,10 @@ def distribute(dsn: str, tables: Iterable[str] = (), *, progress: Callable[[str]
             conn.execute(sql.SQL("ALTER DATABASE {} SET citus.enable_unsafe_triggers = on").format(
                 sql.Identifier(conn.info.dbname)))
             say("re-applying sql/ on every node")
-            install.apply_sql(conn)
-            for (signature,) in conn.execute(
-                    "SELECT p.oid::regprocedure::text FROM pg_proc AS p"
-                    "  JOIN pg_namespace AS n ON n.oid = p.pronamespace"
-                    " WHERE n.nspname = 'agentdb' AND %s = ANY (coalesce(p.proargnames, '{}'))"
-                    "   AND (has_function_privilege('agentdb_agent', p.oid, 'EXECUTE')"
-                    "        OR has_function_privilege('agentdb_app', p.oid, 'EXECUTE'))"
-                    " ORDER BY 1", (TENANT,)).fetchall():
-                conn.execute("SELECT create_distributed_function(%s, %s, colocate_with => %s)",
-                             (signature, TENANT, ROOT))
-                result.functions.append(signature)
+            install.apply_sql(conn)  # which delegates the entry points, the tables being distributed
+            delegated = conn.execute(_ENTRY_POINTS_SQL + " %(delegated)s ORDER BY 1",
+                                     {"tenant": TENANT, "delegated": True}).fetchall()
+            result.functions = [r[0] for r in delegated]
             for statement in WORKER_SEQUENCES:
                 failed = conn.execute(
                     "SELECT nodename, nodeport, result FROM run_command_on_workers(%s) WHERE NOT success",

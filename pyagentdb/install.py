@@ -47,6 +47,10 @@ def apply_sql(conn) -> None:
     conn.execute("SELECT agentdb_private.load_claim_patterns(%s::jsonb)", (resources.claim_patterns_text(),))
     conn.execute("INSERT INTO agentdb_private.install_log (sql_sha256) VALUES (%s)",
                  (resources.sql_checksum(),))
+    if citus:  # a distributed schema: its new entry points delegated by user too
+        from .distribute import delegate  # (imported here: distribute imports this module)
+
+        delegate(conn)
 
 
 def upgrade(dsn: str, revision: str = "head", *, force_sql: bool = False, repair: bool = False) -> None:

@@ -84,15 +84,36 @@ END
 $$;
 
 -- Record a replan: step numbering continues where it was (seq never restarts).
+-- p_user NULL: the task found by its id alone (the task-only entry point).
+CREATE OR REPLACE FUNCTION agentdb_private.replan_core(p_user text, p_task uuid)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_replans integer;
+BEGIN
+    IF p_user IS NULL THEN
+        UPDATE agentdb_private.tasks AS t SET replans = t.replans + 1
+         WHERE t.id = p_task AND t.status = 'running'
+        RETURNING t.replans INTO v_replans;
+    ELSE
+        UPDATE agentdb_private.tasks AS t SET replans = t.replans + 1
+         WHERE t.user_id = p_user AND t.id = p_task AND t.status = 'running'
+        RETURNING t.replans INTO v_replans;
+    END IF;
+    RETURN v_replans;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION agentdb.replan(task uuid)
 RETURNS integer
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    UPDATE agentdb_private.tasks AS t SET replans = t.replans + 1
-     WHERE t.id = replan.task AND t.status = 'running'
-    RETURNING t.replans
+BEGIN
+    RETURN agentdb_private.replan_core(NULL, replan.task);
+END
 $$;
 
 -- The status a task's steps add up to: all ok -> success, none -> failed, else partial.
@@ -162,20 +183,25 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_count integer;
+    v_count integer := 0;
+    v_now timestamptz := clock_timestamp();
+    v_stale record;
+    v_status text;
 BEGIN
-    WITH stale AS (
-        SELECT t.id FROM agentdb_private.tasks AS t
-         WHERE t.status = 'running' AND t.created_at < clock_timestamp() - older_than
-         FOR UPDATE SKIP LOCKED
-    )
-    UPDATE agentdb_private.tasks AS t
-       SET status = agentdb_private.settled_status(t.user_id, t.id),
-           finished_at = clock_timestamp(),
-           settled_by = 'reap_tasks'
-      FROM stale
-     WHERE t.id = stale.id;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+    -- Task by task, each found by its user and id: on Citus a locking read of
+    -- many shards is refused, and each statement here runs on one shard. A task
+    -- a call still holds is skipped (SKIP LOCKED) and left for the next run.
+    FOR v_stale IN SELECT t.user_id, t.id FROM agentdb_private.tasks AS t
+                    WHERE t.status = 'running' AND t.created_at < v_now - older_than LOOP
+        PERFORM 1 FROM agentdb_private.tasks AS t
+         WHERE t.user_id = v_stale.user_id AND t.id = v_stale.id AND t.status = 'running'
+           FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        v_status := agentdb_private.settled_status(v_stale.user_id, v_stale.id);
+        UPDATE agentdb_private.tasks AS t SET status = v_status, finished_at = v_now, settled_by = 'reap_tasks'
+         WHERE t.user_id = v_stale.user_id AND t.id = v_stale.id;
+        v_count := v_count + 1;
+    END LOOP;
     RETURN v_count;
 END
 $$;

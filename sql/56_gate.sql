@@ -139,23 +139,21 @@ END
 $$;
 
 -- Prompt-layer rules from database facts. They lower the odds of a false
--- "done"; finalize_reply is the guarantee.
-CREATE OR REPLACE FUNCTION agentdb.context_rules(task uuid, lang text DEFAULT NULL)
+-- "done"; finalize_reply is the guarantee. p_user NULL: the task found by its
+-- id alone (the task-only entry point).
+CREATE OR REPLACE FUNCTION agentdb_private.context_rules_core(p_user text, p_task uuid, p_lang text)
 RETURNS text[]
 LANGUAGE plpgsql STABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_task agentdb_private.tasks;
+    v_task agentdb_private.tasks := agentdb_private.task_row(p_user, p_task, false);
     v_lang text;
     v_rules text [] := '{}';
 BEGIN
-    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = context_rules.task;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'context_rules: no task %', context_rules.task USING ERRCODE = 'no_data_found';
+    IF v_task.id IS NULL THEN
+        RAISE EXCEPTION 'context_rules: no task %', p_task USING ERRCODE = 'no_data_found';
     END IF;
-    v_lang := coalesce(context_rules.lang, v_task.lang);
+    v_lang := coalesce(p_lang, v_task.lang);
     IF v_task.status <> 'running' OR v_task.closed_at IS NOT NULL THEN
         v_rules := v_rules || agentdb_private.msg('rules.closed', v_lang);
     END IF;
@@ -171,6 +169,17 @@ BEGIN
              ORDER BY tl.name);
     END IF;
     RETURN v_rules || agentdb_private.msg('rules.claims', v_lang);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION agentdb.context_rules(task uuid, lang text DEFAULT NULL)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN agentdb_private.context_rules_core(NULL, context_rules.task, context_rules.lang);
 END
 $$;
 

@@ -300,11 +300,12 @@ $$;
 
 
 -- "改到周五再确认": a revision supersedes the draft with a new one (new ordinal).
-CREATE OR REPLACE FUNCTION agentdb.revise(task uuid, draft_ref text, args jsonb, reason text DEFAULT NULL)
+-- p_user NULL: the task found by its id alone (the task-only entry point).
+CREATE OR REPLACE FUNCTION agentdb_private.revise_core(
+    p_user text, task uuid, draft_ref text, args jsonb, reason text
+)
 RETURNS jsonb
 LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     s record;
@@ -312,10 +313,13 @@ DECLARE
     v_refusal text;
     v_found record;
     v_new jsonb;
+    v_tool agentdb_private.tools;
+    -- A value, not a call: on Citus an UPDATE takes no VOLATILE function.
+    v_now timestamptz := clock_timestamp();
 BEGIN
-    s := agentdb_private.step_open(revise.task, NULL, true);
+    s := agentdb_private.step_open(p_user, revise_core.task, NULL, true);
     IF s.refusal IS NOT NULL THEN
-        RETURN agentdb.propose(revise.task, NULL, revise.args, revise.reason);
+        RETURN agentdb_private.propose_core(p_user, revise_core.task, NULL, revise_core.args, revise_core.reason, NULL);
     END IF;
     SELECT * INTO v_found FROM agentdb_private.resolve_draft(s.task, coalesce(draft_ref, ''));
     v_draft := v_found.draft;
@@ -325,39 +329,53 @@ BEGIN
                           WHEN 'expired' THEN 'draft_expired' ELSE 'draft_used' END;
     END IF;
     IF v_refusal IS NOT NULL THEN
+        -- Into a variable: a query pushed to a shard would pass the shard's row type.
+        SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = v_draft.tool;
         RETURN agentdb_private.record_step(s.task, s.seq, coalesce(v_draft.tool, 'revise'),
-            (SELECT t FROM agentdb_private.tools AS t WHERE t.name = v_draft.tool),
+            v_tool,
             jsonb_build_object('draft', left(draft_ref, 200)), 'revise', NULL, s.started,
             agentdb_private.not_done('refused', v_refusal, format('draft %s: %s', left(draft_ref, 200), v_refusal)));
     END IF;
-    v_new := agentdb.propose(revise.task, v_draft.tool, revise.args, coalesce(revise.reason, 'revision'),
-                             v_draft.expect_rows);
+    v_new := agentdb_private.propose_core((s.task).user_id, (s.task).id, v_draft.tool, revise_core.args,
+                                          coalesce(revise_core.reason, 'revision'), v_draft.expect_rows);
     IF v_new ->> 'outcome' = 'proposed' THEN
         UPDATE agentdb_private.drafts AS d
            SET status = 'superseded', superseded_by = (v_new ->> 'draft_id')::uuid,
-               closed_in_task = (s.task).id, closed_at = clock_timestamp()
-         WHERE d.id = v_draft.id;
+               closed_in_task = (s.task).id, closed_at = v_now
+         WHERE d.user_id = v_draft.user_id AND d.id = v_draft.id;
         v_new := v_new || jsonb_build_object('supersedes', v_draft.ordinal);
     END IF;
     RETURN v_new;
 END
 $$;
 
--- "算了": close a draft without running it.
-CREATE OR REPLACE FUNCTION agentdb.reject(task uuid, draft_ref text)
+CREATE OR REPLACE FUNCTION agentdb.revise(task uuid, draft_ref text, args jsonb, reason text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN agentdb_private.revise_core(NULL, revise.task, revise.draft_ref, revise.args, revise.reason);
+END
+$$;
+
+-- "算了": close a draft without running it. p_user NULL: the task found by
+-- its id alone (the task-only entry point).
+CREATE OR REPLACE FUNCTION agentdb_private.reject_core(p_user text, task uuid, draft_ref text)
+RETURNS jsonb
+LANGUAGE plpgsql
 AS $$
 DECLARE
     v_task agentdb_private.tasks;
     v_draft agentdb_private.drafts;
     v_refusal text;
     v_found record;
+    -- A value, not a call: on Citus an UPDATE takes no VOLATILE function.
+    v_now timestamptz := clock_timestamp();
 BEGIN
-    SELECT * INTO v_task FROM agentdb_private.tasks AS t WHERE t.id = reject.task;
-    IF NOT FOUND THEN
+    v_task := agentdb_private.task_row(p_user, reject_core.task, false);
+    IF v_task.id IS NULL THEN
         RETURN jsonb_build_object('outcome', 'refused', 'refusal', 'unknown_task');
     END IF;
     SELECT * INTO v_found FROM agentdb_private.resolve_draft(v_task, coalesce(draft_ref, ''));
@@ -370,12 +388,23 @@ BEGIN
         RETURN jsonb_build_object('outcome', 'refused', 'refusal', v_refusal,
             'detail', agentdb_private.msg('detail.refused.' || v_refusal, v_task.lang, '{}'));
     END IF;
-    UPDATE agentdb_private.drafts AS d SET status = 'rejected', closed_in_task = v_task.id, closed_at = clock_timestamp()
-     WHERE d.id = v_draft.id;
+    UPDATE agentdb_private.drafts AS d SET status = 'rejected', closed_in_task = v_task.id, closed_at = v_now
+     WHERE d.user_id = v_draft.user_id AND d.id = v_draft.id;
     INSERT INTO agentdb_private.audit (task_id, user_id, tool, action, status, outcome, detail)
     VALUES (v_task.id, v_task.user_id, v_draft.tool, 'reject', 'SUCCESS', 'rejected', format('draft %s', v_draft.ordinal));
     RETURN jsonb_build_object('outcome', 'rejected', 'draft_id', v_draft.id, 'ordinal', v_draft.ordinal,
         'detail', agentdb_private.msg('draft.rejected', v_task.lang, jsonb_build_object('ordinal', v_draft.ordinal)));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION agentdb.reject(task uuid, draft_ref text)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN agentdb_private.reject_core(NULL, reject.task, reject.draft_ref);
 END
 $$;
 
@@ -389,12 +418,14 @@ AS $$
 DECLARE
     v_drafts integer;
     v_actions integer;
+    -- One value for the sweep: Citus takes no VOLATILE call in an UPDATE of many shards.
+    v_now timestamptz := clock_timestamp();
 BEGIN
-    UPDATE agentdb_private.drafts AS d SET status = 'expired', closed_at = clock_timestamp()
-     WHERE d.status = 'proposed' AND d.expires_at < clock_timestamp();
+    UPDATE agentdb_private.drafts AS d SET status = 'expired', closed_at = v_now
+     WHERE d.status = 'proposed' AND d.expires_at < v_now;
     GET DIAGNOSTICS v_drafts = ROW_COUNT;
-    UPDATE agentdb_private.actions AS a SET status = 'expired', finished_at = clock_timestamp()
-     WHERE a.status = 'pending' AND a.expires_at < clock_timestamp();
+    UPDATE agentdb_private.actions AS a SET status = 'expired', finished_at = v_now
+     WHERE a.status = 'pending' AND a.expires_at < v_now;
     GET DIAGNOSTICS v_actions = ROW_COUNT;
     RETURN v_drafts + v_actions;
 END

@@ -149,6 +149,9 @@ SET timezone = 'UTC'
 AS $$
 DECLARE
     v_table text;
+    v_links text;
+    v_problems jsonb;
+    v_anchored jsonb;
 BEGIN
     v_table := CASE verify_chain.chain
         WHEN 'audit' THEN 'agentdb_private.audit'
@@ -158,9 +161,7 @@ BEGIN
         RAISE EXCEPTION 'no chain named %', coalesce(verify_chain.chain, 'NULL')
             USING HINT = 'The chains are audit and change.', ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- The anchor's part only when there is an anchor: on Citus a correlated
-    -- subquery next to jsonb_each() cannot be planned (docs/scaling.md).
-    RETURN QUERY EXECUTE format($q$
+    v_links := format($q$
         WITH links AS (
             SELECT r.id, r.chain_seq, r.hash,
                    lag(r.chain_seq) OVER w AS prev_seq,
@@ -171,7 +172,7 @@ BEGIN
             WINDOW w AS (PARTITION BY r.chain_tenant, r.chain_stripe ORDER BY r.chain_seq)
         )
         SELECT l.id,
-               CASE WHEN l.chain_seq <> coalesce(l.prev_seq, 0) + 1 THEN 'gap' ELSE 'altered' END
+               CASE WHEN l.chain_seq <> coalesce(l.prev_seq, 0) + 1 THEN 'gap' ELSE 'altered' END AS problem
           FROM links AS l
          WHERE l.chain_seq <> coalesce(l.prev_seq, 0) + 1
             OR l.hash IS DISTINCT FROM sha256(coalesce(l.prev_hash, agentdb_private.chain_genesis()) || l.content)
@@ -180,21 +181,37 @@ BEGIN
           FROM %1$s AS r
          WHERE r.chain_seq IS NULL
            AND r.id > (SELECT min(c.id) FROM %1$s AS c WHERE c.chain_seq IS NOT NULL)
-        %3$s
-         ORDER BY 1
-    $q$, v_table, verify_chain.chain, CASE WHEN verify_chain.anchor IS NOT NULL THEN format($a$
+    $q$, v_table);
+    IF verify_chain.anchor IS NULL THEN
+        RETURN QUERY EXECUTE v_links || ' ORDER BY 1';
+        RETURN;
+    END IF;
+    -- With an anchor: the links' problems and the anchored rows (read by id, a
+    -- subquery Citus runs first) are fetched, then compared here. On Citus a
+    -- correlated subquery next to jsonb_each() cannot be planned (docs/scaling.md).
+    EXECUTE format('SELECT coalesce(jsonb_agg(to_jsonb(q)), ''[]'') FROM (%s) AS q', v_links) INTO v_problems;
+    EXECUTE format($a$
+        SELECT coalesce(jsonb_agg(jsonb_build_object('id', r.id, 'tenant', r.chain_tenant, 'stripe', r.chain_stripe,
+                                                     'seq', r.chain_seq, 'hash', encode(r.hash, 'hex'))), '[]')
+          FROM %1$s AS r
+         WHERE r.id IN (SELECT (t.value ->> 'id')::bigint FROM jsonb_each(coalesce($1 -> %2$L, '{}')) AS t)
+    $a$, v_table, verify_chain.chain) INTO v_anchored USING verify_chain.anchor;
+    RETURN QUERY
+    SELECT x.id, x.problem FROM (
+        SELECT (p ->> 'id')::bigint AS id, p ->> 'problem' AS problem FROM jsonb_array_elements(v_problems) AS p
         UNION ALL
         SELECT (t.value ->> 'id')::bigint, 'anchor_missing'
-          FROM jsonb_each(coalesce($1 -> %2$L, '{}')) AS t
+          FROM jsonb_each(coalesce(verify_chain.anchor -> verify_chain.chain, '{}')) AS t
          WHERE NOT EXISTS (
-               SELECT 1 FROM %1$s AS r
-                WHERE r.chain_tenant IS NOT DISTINCT FROM CASE WHEN strpos(t.key, ':') > 0
-                                                               THEN substr(t.key, strpos(t.key, ':') + 1) END
-                  AND r.chain_stripe = split_part(t.key, ':', 1)::integer
-                  AND r.chain_seq = (t.value ->> 'seq')::bigint
-                  AND r.id = (t.value ->> 'id')::bigint
-                  AND encode(r.hash, 'hex') = t.value ->> 'hash')$a$, v_table, verify_chain.chain) ELSE '' END)
-    USING verify_chain.anchor;
+               SELECT 1 FROM jsonb_array_elements(v_anchored) AS r
+                WHERE (r ->> 'tenant') IS NOT DISTINCT FROM CASE WHEN strpos(t.key, ':') > 0
+                                                                 THEN substr(t.key, strpos(t.key, ':') + 1) END
+                  AND (r ->> 'stripe')::integer = split_part(t.key, ':', 1)::integer
+                  AND (r ->> 'seq')::bigint = (t.value ->> 'seq')::bigint
+                  AND (r ->> 'id')::bigint = (t.value ->> 'id')::bigint
+                  AND r ->> 'hash' = t.value ->> 'hash')
+    ) AS x
+    ORDER BY 1;
 END
 $$;
 
@@ -218,22 +235,26 @@ AS $$ SELECT min(v.id) FROM agentdb.verify_chain('change', verify_change_chain.a
 -- and the 16 stripes of rows chained before 0011 ("<stripe>").
 CREATE OR REPLACE FUNCTION agentdb_private.chain_tails_of(p_chain text)
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT coalesce(jsonb_object_agg(x.k, jsonb_build_object('id', x.id, 'seq', x.seq, 'hash', encode(x.hash, 'hex'))),
+BEGIN
+    -- PL/pgSQL: on Citus a query in an SQL function with parameters is not planned.
+    RETURN (SELECT coalesce(jsonb_object_agg(x.k, jsonb_build_object('id', x.id, 'seq', x.seq, 'hash', encode(x.hash, 'hex'))),
                     '{}')
       FROM (
-          SELECT s.stripe || ':' || s.tenant AS k, t.id, t.seq, t.hash
-            FROM agentdb_private.chain_stripes AS s
-           CROSS JOIN LATERAL (
-                 SELECT a.id, a.chain_seq AS seq, a.hash FROM agentdb_private.audit AS a
-                  WHERE p_chain = 'audit' AND a.user_id = s.tenant AND a.chain_tenant = s.tenant
-                    AND a.chain_stripe = s.stripe
-                 UNION ALL
-                 SELECT c.id, c.chain_seq, c.hash FROM agentdb_private.change_log AS c
-                  WHERE p_chain = 'change' AND c.user_id = s.tenant AND c.chain_tenant = s.tenant
-                    AND c.chain_stripe = s.stripe
-                  ORDER BY 2 DESC LIMIT 1) AS t
+          -- The last row of each tenant's stripes, led by user_id (= chain_tenant):
+          -- on Citus each shard finds its own tenants' tails.
+          (SELECT DISTINCT ON (a.user_id, a.chain_tenant, a.chain_stripe)
+                  a.chain_stripe || ':' || a.chain_tenant AS k, a.id, a.chain_seq AS seq, a.hash
+             FROM agentdb_private.audit AS a
+            WHERE p_chain = 'audit' AND a.chain_tenant IS NOT NULL
+            ORDER BY a.user_id DESC, a.chain_tenant DESC, a.chain_stripe DESC, a.chain_seq DESC)
+          UNION ALL
+          (SELECT DISTINCT ON (c.user_id, c.chain_tenant, c.chain_stripe)
+                  c.chain_stripe || ':' || c.chain_tenant, c.id, c.chain_seq, c.hash
+             FROM agentdb_private.change_log AS c
+            WHERE p_chain = 'change' AND c.chain_tenant IS NOT NULL
+            ORDER BY c.user_id DESC, c.chain_tenant DESC, c.chain_stripe DESC, c.chain_seq DESC)
           UNION ALL
           (SELECT DISTINCT ON (a.chain_stripe) a.chain_stripe::text, a.id, a.chain_seq, a.hash
              FROM agentdb_private.audit AS a
@@ -244,7 +265,8 @@ AS $$
              FROM agentdb_private.change_log AS c
             WHERE p_chain = 'change' AND c.chain_tenant IS NULL
             ORDER BY c.chain_stripe, c.chain_seq DESC)
-      ) AS x
+      ) AS x);
+END
 $$;
 
 -- The current tail of every stripe of both chains, to keep outside the

@@ -64,6 +64,13 @@ def test_an_entry_point_without_a_tenant_form_is_named(db):
                                        "agentdb.propose", "agentdb.confirm", "agentdb.report")]
 
 
+def test_only_run_sql_lacks_a_tenant_form(db):
+    """Every call routed by a task or an action has its user_id-first form, but agent-written
+    SQL (docs/scaling.md says why)."""
+    assert distribute.undelegated(db) == ["agentdb.record_sql_refusal(uuid,text,text,text,text,integer)",
+                                          "agentdb.run_sql(uuid,text,integer,text,text)"]
+
+
 def test_business_table_checks(db):
     db.execute("CREATE TABLE public.by_id (id bigint PRIMARY KEY, user_id text)")
     assert distribute.check_business_table(db, "public.by_id", "user_id") == [
