@@ -251,8 +251,11 @@ def test_detect_claims_and_the_gate_with_hostile_text(hostile):
         seen["verdicts"] += 1
         seen["declared"] += isinstance(declared, list)
         assert v["verdict"] in ("deliver", "replace"), v
-        # A turn with no step backs nothing: any claim at all must be replaced.
-        assert (v["verdict"] == "deliver") == (len(v["claims"]) == 0), v
+        # A turn with no step backs nothing: any claim at all must be replaced, and so is a blank
+        # reply (it would tell the user nothing); anything else is delivered.
+        blank = v.get("reason") == "empty reply"
+        assert blank == (re.search(r"[^\s]", text) is None and not v["claims"]), v
+        assert (v["verdict"] == "deliver") == (len(v["claims"]) == 0 and not blank), v
         assert isinstance(v["text"], str)
         if v["verdict"] == "replace":
             assert v["text"] != text or not text
@@ -261,8 +264,9 @@ def test_detect_claims_and_the_gate_with_hostile_text(hostile):
     # Unknown task, NULL text, a second call: structured too.
     assert db.execute("SELECT agentdb.finalize_reply('00000000-0000-4000-8000-000000000000', 'done')"
                       ).fetchone()[0]["verdict"] == "replace"
-    assert db.execute("SELECT agentdb.finalize_reply(%s, NULL)", (empty_task,
-                                                                  )).fetchone()[0]["verdict"] == "deliver"
+    # A NULL reply says nothing: replaced by what the books show, never delivered as nothing.
+    null_reply = db.execute("SELECT agentdb.finalize_reply(%s, NULL)", (empty_task,)).fetchone()[0]
+    assert null_reply["verdict"] == "replace" and null_reply["text"].strip(), null_reply
     result = reconcile(db, reap=True)
     assert result.ok, str(result)
     record("hostile", claim_texts=seen["texts"], claims_found=seen["claims_found"],
