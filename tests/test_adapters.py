@@ -305,4 +305,4 @@ def test_a_loop_still_calling_tools_ends_in_the_gate(alice, name, monkeypatch):
         reply = ADAPTERS[name](srv, turn_for(alice, "Remind me to call mum"))
     assert reply.error and "still calling tools after 1 model turns" in reply.error
     assert [r["outcome"] for r in reply.receipts] == ["success"] and reply.model_text == ""
-    assert reply.status == "success"
+    assert reply.status == "success" and reply.text.strip()  # what was done, from the books
