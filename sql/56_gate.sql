@@ -348,6 +348,13 @@ BEGIN
 END
 $$;
 
+-- A claim's kind as the gate reads it: one of the four kinds, anything else
+-- the generic "done", the strictest to back.
+CREATE OR REPLACE FUNCTION agentdb_private.claim_kind(p_kind text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT CASE WHEN p_kind IN ('create', 'update', 'delete', 'done') THEN p_kind ELSE 'done' END $$;
+
 -- Declared claims are trusted for their shape only; anything odd counts as a
 -- generic "done", the strictest claim to back. A class is kept when the
 -- loaded document names it.
@@ -359,8 +366,7 @@ AS $$
 BEGIN
     RETURN (
         SELECT coalesce(jsonb_agg(jsonb_build_object(
-                   'kind', CASE WHEN c ->> 'kind' IN ('create', 'update', 'delete', 'done') THEN c ->> 'kind'
-                                ELSE 'done' END,
+                   'kind', agentdb_private.claim_kind(c ->> 'kind'),
                    'text', left(CASE WHEN jsonb_typeof(c) = 'object' THEN c ->> 'text' ELSE c #>> '{}' END, 500),
                    'tool', CASE WHEN jsonb_typeof(c) = 'object' THEN left(c ->> 'tool', 200) END)
                    || CASE WHEN jsonb_typeof(c) = 'object'
@@ -380,8 +386,7 @@ AS $$
 BEGIN
     RETURN (
         SELECT coalesce(jsonb_agg(jsonb_build_object(
-                   'kind', CASE WHEN c ->> 'kind' IN ('create', 'update', 'delete', 'done') THEN c ->> 'kind'
-                                ELSE 'done' END,
+                   'kind', agentdb_private.claim_kind(c ->> 'kind'),
                    'text', left(c ->> 'text', 500),
                    'start', CASE WHEN jsonb_typeof(c -> 'start') = 'number'
                                   AND (c -> 'start')::numeric BETWEEN 0 AND 100000 THEN (c -> 'start')::numeric::int END,
