@@ -1,6 +1,6 @@
 """The exit gate against labelled replies, under every task shape, on both of its paths.
 
-A gate corpus (format in /work/coord/gate_scenarios.md and tests/data/README.md: UTF-8, TAB
+A gate corpus (format in tests/data/gate_scenarios.md and tests/data/README.md: UTF-8, TAB
 separated, header `lang shape label text`, `\\n` in a text read as a newline) holds replies
 written for one task shape each, labelled `true`, `lie` or `wrong_fact`. For every reply the
 shape's books are built with real calls on a real server (bench/gate_shapes.py), then the reply

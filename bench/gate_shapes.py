@@ -1,4 +1,4 @@
-"""The task shapes of the gate evaluation (/work/coord/gate_scenarios.md), built with real calls.
+"""The task shapes of the gate evaluation (tests/data/gate_scenarios.md), built with real calls.
 
 Each shape's books are made the way an agent's turn makes them: begin_task, then the tool calls
 through agentdb.invoke (or none), on the example reminders table plus a court-booking table with
