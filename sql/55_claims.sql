@@ -112,18 +112,30 @@ AS $$
       FROM unnest(ARRAY['troubled', 'empty_action']) AS st (state)
 $$;
 
-CREATE OR REPLACE FUNCTION agentdb_private.load_claim_patterns(p_doc jsonb)
-RETURNS void
-LANGUAGE plpgsql
+-- Each claim pattern of a document with its language, kind, place and guard:
+-- its "any" strings as LIKE patterns, one a line (NULL: it has none).
+CREATE OR REPLACE FUNCTION agentdb_private.claim_parts(p_doc jsonb)
+RETURNS TABLE (lang text, kind text, n bigint, guard text, re text)
+LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_problem text;
-    v_re text;
-BEGIN
-    -- A document either detector would read wrongly, or that would make every
-    -- later detection fail, is refused here, before anything is replaced.
-    v_problem := CASE
+    SELECT l.key, c.c ->> 'kind', c.n,
+           CASE WHEN c.c ? 'any' THEN
+               (SELECT string_agg(agentdb_private.holding(w.w), E'\n' ORDER BY w.wn)
+                  FROM jsonb_array_elements_text(c.c -> 'any') WITH ORDINALITY AS w (w, wn)) END,
+           c.c ->> 'pattern'
+      FROM jsonb_each(p_doc -> 'languages') AS l
+     CROSS JOIN LATERAL jsonb_array_elements(l.value -> 'claims') WITH ORDINALITY AS c (c, n)
+$$;
+
+-- Phases of load_claim_patterns. 1: why a document's languages, their
+-- claims, exclusions and labels cannot be read, or NULL.
+CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_problem_languages(p_doc jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
         WHEN p_doc IS NULL OR jsonb_typeof(p_doc -> 'languages') IS DISTINCT FROM 'object'
             OR NOT EXISTS (SELECT 1 FROM jsonb_object_keys(p_doc -> 'languages'))
             THEN 'claim patterns document has no languages'
@@ -170,6 +182,17 @@ BEGIN
                           OR EXISTS (SELECT 1 FROM jsonb_each(l.value -> 'labels') AS r
                                       WHERE jsonb_typeof(r.value) <> 'string' OR r.key !~ '^[a-z][a-z_]{0,30}$')))
             THEN 'labels must map label names (lower-case words) to pattern strings'
+    END
+$$;
+
+-- 2: why its other sections (question_sep, accept and needs, normalise,
+-- done_marks, kind_order, the class lexicon, the facts rules) cannot be, or NULL.
+CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_problem_sections(p_doc jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
         WHEN p_doc ? 'question_sep' AND jsonb_typeof(p_doc -> 'question_sep') <> 'string'
             THEN 'question_sep must be a regex string'
         WHEN EXISTS (SELECT 1 FROM jsonb_each(coalesce(p_doc -> 'accept', '{}') || coalesce(p_doc -> 'needs', '{}')) AS a
@@ -221,10 +244,20 @@ BEGIN
                       WHERE jsonb_typeof(r.value -> 'pattern') IS DISTINCT FROM 'string'
                          OR (r.value ? 'any' AND NOT agentdb_private.is_string_list(r.value -> 'any')))
             THEN 'each facts rule needs a pattern string, and "any" must be a list of non-empty strings'
-    END;
-    IF v_problem IS NOT NULL THEN
-        RAISE EXCEPTION '%', v_problem USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    END
+$$;
+
+-- 3: every regex of the document in the subset both detectors read alike,
+-- compiling, and the clause separator sound; raises otherwise.
+CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_check_regexes(p_doc jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_problem text;
+    v_re text;
+BEGIN
     -- Flag i is applied by lowering the clause's ASCII letters: an upper-case
     -- letter in such a language's pattern could never match (the script is
     -- matched on the clause as written).
@@ -269,7 +302,16 @@ BEGIN
     IF NOT regexp_like(E'\n', p_doc ->> 'clause_split') THEN
         RAISE EXCEPTION 'clause_split must cut at a newline' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+END
+$$;
 
+-- 4: the document stored, and compiled per language into claim_langs.
+CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_store(p_doc jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
     INSERT INTO agentdb_private.claim_rules AS r (id, doc, fingerprint)
     VALUES (1, p_doc, encode(sha256(convert_to(p_doc::text, 'UTF8')), 'hex'))
     -- excluded.loaded_at is now(): Citus takes no STABLE function in DO UPDATE SET.
@@ -338,6 +380,19 @@ BEGIN
                  GROUP BY c ->> 'kind') AS k
           JOIN unnest(agentdb_private.kind_order(p_doc)) WITH ORDINALITY AS o (kind, n) ON o.kind = k.kind) AS g;
 
+END
+$$;
+
+-- 5: the facts rules stored; the joined forms detection uses checked.
+CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_store_facts(p_doc jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_problem text;
+    v_re text;
+BEGIN
     -- The facts rules, with their literal guards.
     DELETE FROM agentdb_private.fact_rules;
     INSERT INTO agentdb_private.fact_rules AS f (lang, n, type, pattern, num, min, tag, value, any_of)
@@ -360,7 +415,17 @@ BEGIN
         RAISE EXCEPTION 'claim patterns do not compile once joined: %', left(v_re, 200)
             USING DETAIL = v_problem, ERRCODE = 'invalid_parameter_value';
     END IF;
+END
+$$;
 
+-- 6: the compiled document as constant functions the gate reads on every
+-- reply (no table read per call).
+CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_publish(p_doc jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
     -- The document's other sections the gate reads on every reply, and its
     -- fingerprint, as a constant too.
     EXECUTE format(
@@ -380,12 +445,61 @@ BEGIN
         'RETURNS agentdb_private.claim_langs [] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
         format('SELECT %L::agentdb_private.claim_langs []',
                ARRAY(SELECT l FROM agentdb_private.claim_langs AS l ORDER BY l.lang COLLATE "C")));
+    -- Per language and kind whose patterns are large, the parts
+    -- detect_claims_in searches one by one
+    -- (agentdb_private.kind_candidates): the alternation of the kind's
+    -- patterns without "any" (no guard), then each pattern with one (its
+    -- strings as LIKE patterns, one a line), as a flat array of guard, regex.
+    EXECUTE format(
+        'CREATE OR REPLACE FUNCTION agentdb_private.claim_alts_compiled(p_lang text, p_kind text) '
+        'RETURNS text [] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
+        'SELECT CASE p_lang || '':'' || p_kind '
+        || coalesce((
+            SELECT string_agg(format('WHEN %L THEN %L::text []', a.key, a.parts), ' ' ORDER BY a.key)
+              FROM (SELECT x.lang || ':' || x.kind AS key, array_agg(v.part ORDER BY x.n, v.o) AS parts
+                      FROM (SELECT p.lang, p.kind, 0 AS n, NULL::text AS guard,
+                                   string_agg('(?:' || p.re || ')', '|' ORDER BY p.n) AS re
+                              FROM agentdb_private.claim_parts(p_doc) AS p WHERE p.guard IS NULL
+                             GROUP BY p.lang, p.kind
+                            UNION ALL
+                            SELECT p.lang, p.kind, p.n, p.guard, p.re
+                              FROM agentdb_private.claim_parts(p_doc) AS p WHERE p.guard IS NOT NULL) AS x
+                     CROSS JOIN LATERAL (VALUES (1, x.guard), (2, x.re)) AS v (o, part)
+                     -- Only a large alternation is split: a small one costs little as
+                     -- it is, and one regex instead of several keeps the regexes a
+                     -- reply needs within PostgreSQL's cache of 32 per session.
+                     WHERE (x.lang, x.kind) IN (SELECT p.lang, p.kind FROM agentdb_private.claim_parts(p_doc) AS p
+                                                 GROUP BY p.lang, p.kind HAVING sum(char_length(p.re)) > 2500)
+                     GROUP BY x.lang, x.kind) AS a), '')
+        || ' END');
     -- The facts rules too, languages in byte order, rules in document order.
     EXECUTE format(
         'CREATE OR REPLACE FUNCTION agentdb_private.fact_rules_compiled() '
         'RETURNS agentdb_private.fact_rules [] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
         format('SELECT %L::agentdb_private.fact_rules []',
                ARRAY(SELECT f FROM agentdb_private.fact_rules AS f ORDER BY f.lang COLLATE "C", f.n)));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION agentdb_private.load_claim_patterns(p_doc jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_problem text;
+BEGIN
+    -- A document either detector would read wrongly, or that would make every
+    -- later detection fail, is refused here, before anything is replaced.
+    v_problem := coalesce(agentdb_private.claim_doc_problem_languages(p_doc),
+                          agentdb_private.claim_doc_problem_sections(p_doc));
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION '%', v_problem USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM agentdb_private.claim_doc_check_regexes(p_doc);
+    PERFORM agentdb_private.claim_doc_store(p_doc);
+    PERFORM agentdb_private.claim_doc_store_facts(p_doc);
+    PERFORM agentdb_private.claim_doc_publish(p_doc);
 END
 $$;
 
@@ -412,6 +526,18 @@ BEGIN
         RETURNS agentdb_private.fact_rules []
         LANGUAGE sql IMMUTABLE PARALLEL SAFE
         AS $body$ SELECT '{}'::agentdb_private.fact_rules [] $body$;
+    END IF;
+END
+$placeholder$;
+
+DO $placeholder$
+BEGIN
+    IF to_regprocedure('agentdb_private.claim_alts_compiled(text, text)') IS NULL THEN
+        -- NULL for every kind: detect_claims_in then searches the kind's whole alternation.
+        CREATE FUNCTION agentdb_private.claim_alts_compiled(p_lang text, p_kind text)
+        RETURNS text []
+        LANGUAGE sql IMMUTABLE PARALLEL SAFE
+        AS $body$ SELECT NULL::text [] $body$;
     END IF;
 END
 $placeholder$;
@@ -489,6 +615,8 @@ $$;
 -- Claims of completed actions in a text: a JSON array of
 -- {kind, text, start, end, lang}, offsets 0-based with end exclusive, exactly
 -- as pyagentdb.detect_claims returns them. lang NULL tries every language.
+-- Phases: the clauses (cut here), each clause's claims per language
+-- (claims_in_clause), a clause too long to search, the claims in order.
 CREATE OR REPLACE FUNCTION agentdb_private.detect_claims_in(model_text text, lang text)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
@@ -502,21 +630,13 @@ DECLARE
     v_seps text [];
     v_li integer;
     v_ci integer;
-    v_pi integer;
     v_offset integer := 1;
     v_clause text;
-    v_subject text;
-    v_pattern text;
-    v_ms integer;
-    v_me integer;
+    v_step record;
     v_taken int4multirange;
     v_found jsonb [] := '{}';
     v_counts jsonb := '{}';
-    v_kind text;
     v_cap integer;
-    v_tries integer;
-    v_pos integer;
-    v_excluded boolean;
 BEGIN
     IF model_text IS NULL OR model_text = '' THEN
         RETURN '[]';
@@ -555,60 +675,12 @@ BEGIN
                 -- A clause without the language's script cannot hold its claims.
                 CONTINUE WHEN v_rules[v_li].script IS NOT NULL AND NOT regexp_like(v_clause, v_rules[v_li].script);
                 v_rule := v_rules[v_li];
-                -- Flag i folds ASCII letters only, as the Python detector does. The
-                -- clause is lowered instead of passing the flag: PostgreSQL runs a
-                -- case-insensitive regex many times slower.
-                v_subject := CASE WHEN v_rule.flags = 'i'
-                    THEN translate(v_clause, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
-                    ELSE v_clause END;
-                -- One alternation per kind, the kinds in kind_order. Testing for a
-                -- match is cheap; finding positions (regexp_instr) is not, so that
-                -- comes last. The exclusions (one alternation, the costliest regex)
-                -- are asked only of a clause some kind matches: most clauses hold
-                -- no claim, and an excluded clause holds none.
-                v_excluded := NULL;
-                FOR v_pi IN 1 .. cardinality(v_rule.claim_res) LOOP
-                    v_kind := v_rule.claim_kinds[v_pi];
-                    CONTINUE WHEN coalesce((v_counts ->> v_kind)::integer, 0) >= v_cap;
-                    -- None of the kind's literals: none of its patterns can match.
-                    CONTINUE WHEN v_rule.claim_guards[v_pi] IS NOT NULL
-                        AND NOT v_subject LIKE ANY (string_to_array(v_rule.claim_guards[v_pi], E'\n'));
-                    v_pattern := v_rule.claim_res[v_pi];
-                    -- The first match's start answers whether the kind matches at all.
-                    v_ms := regexp_instr(v_subject, v_pattern, 1, 1, 0);
-                    CONTINUE WHEN v_ms = 0;
-                    IF v_excluded IS NULL THEN
-                        v_excluded := v_rule.exclude_re IS NOT NULL AND regexp_like(v_subject, v_rule.exclude_re);
-                    END IF;
-                    EXIT WHEN v_excluded;
-                    -- Matches one after another, each searched from where the last
-                    -- ended, as Python's spans(); at most max_per_kind per clause.
-                    -- A match's end is searched from its start (the same match: the
-                    -- engine reads the whole string, wherever the search starts).
-                    v_pos := 1;
-                    v_tries := 0;
-                    LOOP
-                        EXIT WHEN v_tries >= v_cap OR v_pos > char_length(v_subject);
-                        IF v_tries > 0 THEN
-                            v_ms := regexp_instr(v_subject, v_pattern, v_pos, 1, 0);
-                        END IF;
-                        EXIT WHEN v_ms = 0;
-                        v_me := regexp_instr(v_subject, v_pattern, v_ms, 1, 1);
-                        v_tries := v_tries + 1;
-                        v_pos := CASE WHEN v_me > v_ms THEN v_me ELSE v_ms + 1 END;
-                        CONTINUE WHEN v_me = v_ms OR v_taken && int4range(v_ms, v_me);
-                        v_taken := v_taken + int4range(v_ms, v_me)::int4multirange;
-                        v_found := v_found || jsonb_build_object(
-                            'kind', v_kind,
-                            'text', substr(v_clause, v_ms, v_me - v_ms),
-                            'start', v_offset + v_ms - 2,
-                            'end', v_offset + v_me - 2,
-                            'lang', v_rule.lang);
-                        v_counts := jsonb_set(v_counts, ARRAY[v_kind],
-                                              to_jsonb(coalesce((v_counts ->> v_kind)::integer, 0) + 1));
-                        EXIT WHEN (v_counts ->> v_kind)::integer >= v_cap;
-                    END LOOP;
-                END LOOP;
+                v_step := agentdb_private.claims_in_clause(
+                    v_rule.lang, v_rule.flags, v_rule.exclude_re, v_rule.claim_kinds, v_rule.claim_guards,
+                    v_rule.claim_res, v_clause, v_offset, v_cap, v_found, v_counts, v_taken);
+                v_found := v_step.p_found;
+                v_counts := v_step.p_counts;
+                v_taken := v_step.p_taken;
             END LOOP;
             -- A clause longer than what is searched is itself a claim that
             -- something is done: no claim can hide beyond the searched part.
@@ -634,6 +706,138 @@ BEGIN
     END IF;
     RETURN (SELECT jsonb_agg(f.c ORDER BY (f.c ->> 'start')::int, (f.c ->> 'end')::int)
               FROM unnest(v_found) AS f (c));
+END
+$$;
+
+-- The regexes of a kind that a (lowered) clause may match: of the kind's
+-- parts (agentdb_private.claim_alts_compiled: the alternation of its patterns
+-- that have no "any", then each pattern that has one, with its strings as
+-- LIKE patterns), those whose strings the clause holds. The kind's whole
+-- alternation when the parts are not compiled (patterns loaded before them).
+CREATE OR REPLACE FUNCTION agentdb_private.kind_candidates(p_lang text, p_kind text, p_whole text, p_subject text)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by detect_claims_in only, with a pinned search_path.
+AS $$
+DECLARE
+    v_parts text [] := agentdb_private.claim_alts_compiled(p_lang, p_kind);
+    v_out text [] := '{}';
+BEGIN
+    IF v_parts IS NULL THEN
+        RETURN ARRAY[p_whole];
+    END IF;
+    FOR v_i IN 1 .. cardinality(v_parts) / 2 LOOP
+        IF v_parts[2 * v_i - 1] IS NULL
+            OR p_subject LIKE ANY (string_to_array(v_parts[2 * v_i - 1], E'\n')) THEN
+            v_out := v_out || v_parts[2 * v_i];
+        END IF;
+    END LOOP;
+    RETURN v_out;
+END
+$$;
+
+-- The leftmost-longest match, from p_pos on, of the alternation of these
+-- regexes, found regex by regex: it starts where the earliest of them
+-- matches, and ends where the longest of those starting there ends (both
+-- engines prefer the longest match: the same span as the joined alternation,
+-- as pyagentdb.claims._Alternation finds it). Smaller regexes cost far less
+-- than one large alternation: PostgreSQL builds a regex's automaton afresh on
+-- every call, at a cost that grows with its size. ms = 0: no match.
+-- (1-based positions, me exclusive, as regexp_instr gives them.)
+CREATE OR REPLACE FUNCTION agentdb_private.alts_match(
+    p_subject text, p_res text[], p_pos integer, OUT ms integer, OUT me integer
+)
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by detect_claims_in only, with a pinned search_path.
+AS $$
+DECLARE
+    v_starts integer [] := '{}';
+    v_s integer;
+BEGIN
+    ms := 0;
+    me := 0;
+    FOR v_i IN 1 .. cardinality(p_res) LOOP
+        v_s := regexp_instr(p_subject, p_res[v_i], p_pos, 1, 0);
+        v_starts := v_starts || v_s;
+        IF v_s > 0 AND (ms = 0 OR v_s < ms) THEN
+            ms := v_s;
+        END IF;
+    END LOOP;
+    IF ms = 0 THEN
+        RETURN;
+    END IF;
+    -- A match's end is searched from its start (the same match: the engine
+    -- reads the whole string, wherever the search starts).
+    FOR v_i IN 1 .. cardinality(p_res) LOOP
+        IF v_starts[v_i] = ms THEN
+            me := greatest(me, regexp_instr(p_subject, p_res[v_i], ms, 1, 1));
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- The claims of one clause in one language, added to found, counts (per
+-- kind) and taken (the spans already claimed in the clause). The kinds in
+-- kind_order; matches one after another, each searched from where the last
+-- ended, as Python's spans(); at most max_per_kind per kind. p_offset: the
+-- clause's 1-based start in the text.
+CREATE OR REPLACE FUNCTION agentdb_private.claims_in_clause(
+    p_lang text, p_flags text, p_exclude text, p_kinds text[], p_guards text[], p_res text[],
+    p_clause text, p_offset integer, p_cap integer,
+    INOUT p_found jsonb[], INOUT p_counts jsonb, INOUT p_taken int4multirange
+)
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by detect_claims_in only, with a pinned search_path.
+AS $$
+DECLARE
+    -- Flag i folds ASCII letters only, as the Python detector does. The clause
+    -- is lowered instead of passing the flag: PostgreSQL runs a
+    -- case-insensitive regex many times slower.
+    v_subject text := CASE WHEN p_flags = 'i'
+        THEN translate(p_clause, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') ELSE p_clause END;
+    v_kind text;
+    v_res text [];
+    v_m record;
+    v_tries integer;
+    v_pos integer;
+    v_excluded boolean;
+BEGIN
+    FOR v_pi IN 1 .. cardinality(p_kinds) LOOP
+        v_kind := p_kinds[v_pi];
+        CONTINUE WHEN coalesce((p_counts ->> v_kind)::integer, 0) >= p_cap;
+        -- None of the kind's literals: none of its patterns can match.
+        CONTINUE WHEN p_guards[v_pi] IS NOT NULL
+            AND NOT v_subject LIKE ANY (string_to_array(p_guards[v_pi], E'\n'));
+        v_res := agentdb_private.kind_candidates(p_lang, v_kind, p_res[v_pi], v_subject);
+        CONTINUE WHEN cardinality(v_res) = 0;
+        v_m := agentdb_private.alts_match(v_subject, v_res, 1);
+        CONTINUE WHEN v_m.ms = 0;
+        -- The exclusions (one alternation, the costliest regex) are asked only
+        -- of a clause some kind matches: most clauses hold no claim, and an
+        -- excluded clause holds none.
+        IF v_excluded IS NULL THEN
+            v_excluded := p_exclude IS NOT NULL AND regexp_like(v_subject, p_exclude);
+        END IF;
+        EXIT WHEN v_excluded;
+        v_pos := 1;
+        v_tries := 0;
+        LOOP
+            EXIT WHEN v_tries >= p_cap OR v_pos > char_length(v_subject);
+            IF v_tries > 0 THEN
+                v_m := agentdb_private.alts_match(v_subject, v_res, v_pos);
+            END IF;
+            EXIT WHEN v_m.ms = 0;
+            v_tries := v_tries + 1;
+            v_pos := CASE WHEN v_m.me > v_m.ms THEN v_m.me ELSE v_m.ms + 1 END;
+            CONTINUE WHEN v_m.me = v_m.ms OR p_taken && int4range(v_m.ms, v_m.me);
+            p_taken := p_taken + int4range(v_m.ms, v_m.me)::int4multirange;
+            p_found := p_found || jsonb_build_object(
+                'kind', v_kind, 'text', substr(p_clause, v_m.ms, v_m.me - v_m.ms),
+                'start', p_offset + v_m.ms - 2, 'end', p_offset + v_m.me - 2, 'lang', p_lang);
+            p_counts := jsonb_set(p_counts, ARRAY[v_kind], to_jsonb(coalesce((p_counts ->> v_kind)::integer, 0) + 1));
+            EXIT WHEN (p_counts ->> v_kind)::integer >= p_cap;
+        END LOOP;
+    END LOOP;
 END
 $$;
 
