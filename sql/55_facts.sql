@@ -171,92 +171,143 @@ BEGIN
 END
 $$;
 
+-- Phase 1 of clause_facts: the languages whose rules read a clause: those
+-- whose script it holds, or every language when it holds none ("£89.00",
+-- "08:00"); a language without a script reads every clause.
+CREATE OR REPLACE FUNCTION agentdb_private.fact_langs(p_whole text)
+RETURNS agentdb_private.claim_langs[]
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by clause_facts only, under the gate's pinned search_path.
+AS $$
+DECLARE
+    v_rule agentdb_private.claim_langs;
+    v_out agentdb_private.claim_langs [] := '{}';
+BEGIN
+    FOREACH v_rule IN ARRAY agentdb_private.claim_langs_compiled() LOOP
+        IF v_rule.script IS NULL OR regexp_like(p_whole, v_rule.script) THEN
+            v_out := v_out || v_rule;
+        END IF;
+    END LOOP;
+    RETURN CASE WHEN cardinality(v_out) = 0 THEN agentdb_private.claim_langs_compiled() ELSE v_out END;
+END
+$$;
+
+-- Phase 2 of clause_facts: where one fact rule matches a clause (lowered
+-- when its language folds), leftmost-longest, each match's end searched from
+-- its start (the same match); a match may not overlap an earlier fact of its
+-- type nor a skipped span (taken_*: the clause's spans so far, this rule's
+-- added). starts/ends: 1-based, end exclusive, skips left out.
+CREATE OR REPLACE FUNCTION agentdb_private.fact_rule_spans(
+    p_subject text, p_pattern text, p_type text,
+    INOUT taken_types text[], INOUT taken_starts integer[], INOUT taken_ends integer[],
+    OUT starts integer[], OUT ends integer[]
+)
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by clause_facts only, under the gate's pinned search_path.
+AS $$
+DECLARE
+    v_pos integer := 1;
+    v_ms integer;
+    v_me integer;
+    v_hit boolean;
+BEGIN
+    starts := '{}';
+    ends := '{}';
+    -- The first match's start answers whether the rule matches at all.
+    v_ms := regexp_instr(p_subject, p_pattern, 1, 1, 0);
+    LOOP
+        EXIT WHEN v_ms = 0 OR v_pos > char_length(p_subject);
+        IF v_pos > 1 THEN
+            v_ms := regexp_instr(p_subject, p_pattern, v_pos, 1, 0);
+            EXIT WHEN v_ms = 0;
+        END IF;
+        v_me := regexp_instr(p_subject, p_pattern, v_ms, 1, 1);
+        v_pos := CASE WHEN v_me > v_ms THEN v_me ELSE v_ms + 1 END;
+        CONTINUE WHEN v_me = v_ms;
+        v_hit := false;
+        FOR v_k IN 1 .. cardinality(taken_types) LOOP
+            IF taken_types[v_k] IN (p_type, 'skip') AND taken_starts[v_k] < v_me AND v_ms < taken_ends[v_k] THEN
+                v_hit := true;
+                EXIT;
+            END IF;
+        END LOOP;
+        CONTINUE WHEN v_hit;
+        taken_types := taken_types || p_type;
+        taken_starts := taken_starts || v_ms;
+        taken_ends := taken_ends || v_me;
+        IF p_type <> 'skip' THEN
+            starts := starts || v_ms;
+            ends := ends || v_me;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- Phase 3 of clause_facts: one fact, {type, clause, start, end, n, m, tag,
+-- value}, from a rule's match at p_ms-p_me (1-based) of the clause that
+-- starts at p_start of the text.
+CREATE OR REPLACE FUNCTION agentdb_private.fact_of(
+    p_subject text, p_f agentdb_private.fact_rules, p_ms integer, p_me integer, p_start integer, p_index integer
+)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by clause_facts only, under the gate's pinned search_path.
+AS $$
+BEGIN
+    RETURN jsonb_build_object(
+        'type', p_f.type,
+        'clause', p_index,
+        'start', p_start + p_ms - 1,
+        'end', p_start + p_me - 1,
+        'n', CASE WHEN p_f.num IS NOT NULL THEN agentdb_private.fact_number(
+                 regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.num)) END,
+        'm', CASE WHEN p_f.min IS NOT NULL THEN agentdb_private.fact_number(
+                 regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.min)) END,
+        'tag', CASE WHEN p_f.tag IS NOT NULL THEN agentdb_private.claim_doc_compiled() -> 'facts' -> 'tags'
+                    ->> btrim(regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.tag)) END,
+        'value', to_jsonb(p_f.value));
+END
+$$;
+
 -- The facts one clause states (its index among the clauses: p_index), as
--- pyagentdb.claims.read_facts reads them: per language whose script the clause
--- holds (every language when it holds none: "£89.00", "08:00"), the rules in
--- order, each tried only when the clause holds one of its "any" strings;
--- matches leftmost-longest, none overlapping an earlier fact of its type or a
--- skipped span. Each {type, clause, start, end, n, m, tag, value}.
+-- pyagentdb.claims.read_facts reads them: per language that reads the
+-- clause (fact_langs), the rules in order, each tried only when the clause
+-- holds one of its "any" strings, where they match (fact_rule_spans); each
+-- fact built by fact_of. Each {type, clause, start, end, n, m, tag, value}.
 CREATE OR REPLACE FUNCTION agentdb_private.clause_facts(p_text text, p_clause jsonb, p_index integer)
 RETURNS jsonb[]
 LANGUAGE plpgsql STABLE
 -- No SET clause: called by the gate's functions, all with a pinned search_path.
 AS $$
 DECLARE
-    v_tags jsonb := agentdb_private.claim_doc_compiled() -> 'facts' -> 'tags';
     v_start integer := (p_clause ->> 'start')::integer;
     v_whole text := substr(p_text, (p_clause ->> 'start')::integer + 1,
                            (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer);
     v_subject text;
     v_rule agentdb_private.claim_langs;
     v_f agentdb_private.fact_rules;
-    v_hit boolean;
-    v_pos integer;
-    v_ms integer;
-    v_me integer;
-    v_k integer;
+    v_spans record;
     v_types text [] := '{}';
     v_starts integer [] := '{}';
     v_ends integer [] := '{}';
-    v_tag text;
-    v_any boolean;
     v_out jsonb [] := '{}';
 BEGIN
     IF v_whole IS NULL OR v_whole = '' THEN
         RETURN v_out;
     END IF;
-    v_any := true;
-    FOREACH v_rule IN ARRAY agentdb_private.claim_langs_compiled() LOOP
-        IF v_rule.script IS NULL OR regexp_like(v_whole, v_rule.script) THEN
-            v_any := false;
-        END IF;
-    END LOOP;
-    FOREACH v_rule IN ARRAY agentdb_private.claim_langs_compiled() LOOP
-        CONTINUE WHEN NOT v_any AND v_rule.script IS NOT NULL AND NOT regexp_like(v_whole, v_rule.script);
+    FOREACH v_rule IN ARRAY agentdb_private.fact_langs(v_whole) LOOP
         v_subject := CASE WHEN v_rule.flags = 'i'
             THEN translate(v_whole, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') ELSE v_whole END;
         FOREACH v_f IN ARRAY agentdb_private.fact_rules_compiled() LOOP
             CONTINUE WHEN v_f.lang <> v_rule.lang;
             CONTINUE WHEN v_f.any_of IS NOT NULL AND NOT v_subject LIKE ANY (v_f.any_of);
-            -- The first match's start answers whether the rule matches at all; a
-            -- match's end is searched from its start (the same match).
-            v_ms := regexp_instr(v_subject, v_f.pattern, 1, 1, 0);
-            CONTINUE WHEN v_ms = 0;
-            v_pos := 1;
-            LOOP
-                EXIT WHEN v_pos > char_length(v_subject);
-                IF v_pos > 1 THEN
-                    v_ms := regexp_instr(v_subject, v_f.pattern, v_pos, 1, 0);
-                END IF;
-                EXIT WHEN v_ms = 0;
-                v_me := regexp_instr(v_subject, v_f.pattern, v_ms, 1, 1);
-                v_pos := CASE WHEN v_me > v_ms THEN v_me ELSE v_ms + 1 END;
-                CONTINUE WHEN v_me = v_ms;
-                v_hit := false;
-                FOR v_k IN 1 .. cardinality(v_types) LOOP
-                    IF v_types[v_k] IN (v_f.type, 'skip') AND v_starts[v_k] < v_me AND v_ms < v_ends[v_k] THEN
-                        v_hit := true;
-                        EXIT;
-                    END IF;
-                END LOOP;
-                CONTINUE WHEN v_hit;
-                v_types := v_types || v_f.type;
-                v_starts := v_starts || v_ms;
-                v_ends := v_ends || v_me;
-                CONTINUE WHEN v_f.type = 'skip';
-                v_tag := CASE WHEN v_f.tag IS NOT NULL
-                    THEN btrim(regexp_substr(v_subject, v_f.pattern, v_ms, 1, '', v_f.tag)) END;
-                v_out := v_out || jsonb_build_object(
-                    'type', v_f.type,
-                    'clause', p_index,
-                    'start', v_start + v_ms - 1,
-                    'end', v_start + v_me - 1,
-                    'n', CASE WHEN v_f.num IS NOT NULL THEN agentdb_private.fact_number(
-                             regexp_substr(v_subject, v_f.pattern, v_ms, 1, '', v_f.num)) END,
-                    'm', CASE WHEN v_f.min IS NOT NULL THEN agentdb_private.fact_number(
-                             regexp_substr(v_subject, v_f.pattern, v_ms, 1, '', v_f.min)) END,
-                    'tag', v_tags ->> v_tag,
-                    'value', to_jsonb(v_f.value));
+            v_spans := agentdb_private.fact_rule_spans(v_subject, v_f.pattern, v_f.type, v_types, v_starts, v_ends);
+            v_types := v_spans.taken_types;
+            v_starts := v_spans.taken_starts;
+            v_ends := v_spans.taken_ends;
+            FOR v_k IN 1 .. cardinality(v_spans.starts) LOOP
+                v_out := v_out || agentdb_private.fact_of(v_subject, v_f, v_spans.starts[v_k], v_spans.ends[v_k],
+                                                          v_start, p_index);
             END LOOP;
         END LOOP;
     END LOOP;
@@ -690,3 +741,61 @@ GRANT EXECUTE ON FUNCTION
 agentdb_private.claim_backed_as(text, uuid, text, text, text),
 agentdb_private.claim_backed_as(uuid, text, text, text)
 TO agentdb_app, agentdb_auditor;
+
+-- Does a clause say something is done where the books say otherwise? In an
+-- empty action turn (p_marks) a mark of something done (done_marks: a check
+-- mark) anywhere in it says so ('marks'). And a clause carrying the label
+-- "stated" ("reminder's locked in", "all set", "安排上了") says so ('states')
+-- unless a governing label (nothing_done, ack, attempt, offer, condition, future,
+-- draft, question: the document's labels) matches it starting before the
+-- statement: "Nothing has been saved yet" and "Want me to get it booked?" are
+-- governed; in "…locked in for 8am, lmk if you need anything" the condition
+-- governs nothing before it. NULL otherwise. A runtime's clause (with its
+-- labels, read with the same patterns) without "stated" is not read again.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_says_done(p_text text, p_clause jsonb, p_marks boolean)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_doc jsonb := agentdb_private.claim_doc_compiled();
+    v_clause text;
+    v_subject text;
+    v_rule agentdb_private.claim_langs;
+    v_at integer;
+    v_governs text;
+BEGIN
+    IF p_text IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_clause := substr(p_text, (p_clause ->> 'start')::integer + 1,
+                       (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer);
+    IF p_marks AND EXISTS (SELECT 1 FROM jsonb_array_elements_text(coalesce(v_doc -> 'done_marks', '[]')) AS m
+                            WHERE strpos(v_clause, m) > 0) THEN
+        RETURN 'marks';
+    END IF;
+    IF jsonb_typeof(p_clause -> 'labels') = 'array' AND NOT p_clause -> 'labels' ? 'stated' THEN
+        RETURN NULL;
+    END IF;
+    FOREACH v_rule IN ARRAY agentdb_private.claim_langs_compiled() LOOP
+        CONTINUE WHEN array_position(v_rule.label_names, 'stated') IS NULL;
+        v_subject := left(v_clause, coalesce(v_rule.max_clause, 2147483647));
+        CONTINUE WHEN v_rule.script IS NOT NULL AND NOT regexp_like(v_subject, v_rule.script);
+        v_subject := CASE WHEN v_rule.flags = 'i'
+            THEN translate(v_subject, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') ELSE v_subject END;
+        v_at := regexp_instr(v_subject, v_rule.label_res[array_position(v_rule.label_names, 'stated')]);
+        CONTINUE WHEN v_at = 0;
+        -- One alternation of the governing labels: its leftmost match is the
+        -- first place any of them matches.
+        v_governs := (SELECT string_agg('(?:' || v_rule.label_res[array_position(v_rule.label_names, g.g)] || ')', '|'
+                                        ORDER BY g.n)
+                        FROM unnest(ARRAY['nothing_done', 'ack', 'attempt', 'offer', 'condition', 'future', 'draft', 'question'])
+                             WITH ORDINALITY AS g (g, n)
+                       WHERE array_position(v_rule.label_names, g.g) IS NOT NULL);
+        IF v_governs IS NULL OR NOT regexp_instr(v_subject, v_governs) BETWEEN 1 AND v_at - 1 THEN
+            RETURN 'states';
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;

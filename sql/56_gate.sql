@@ -244,6 +244,7 @@ DECLARE
     v_ok boolean;
     v_ack boolean;
     v_need boolean;
+    v_done text;
     v_acks integer := 0;
     v_needed boolean := false;
 BEGIN
@@ -258,20 +259,23 @@ BEGIN
     END IF;
     FOR v_ci IN 0 .. jsonb_array_length(p_clauses) - 1 LOOP
         v_clause := p_clauses -> v_ci;
-        -- Where nothing was done, a mark of something done (a check mark) says otherwise.
-        IF p_state = 'empty_action' AND p_text IS NOT NULL AND EXISTS (
-                SELECT 1 FROM jsonb_array_elements_text(
-                    coalesce(agentdb_private.claim_doc_compiled() -> 'done_marks', '[]')) AS m
-                 WHERE strpos(substr(p_text, (v_clause ->> 'start')::integer + 1,
-                                     (v_clause ->> 'end')::integer - (v_clause ->> 'start')::integer), m) > 0) THEN
-            reason := format('the clause at %s-%s marks something done', v_clause ->> 'start', v_clause ->> 'end');
+        -- Where nothing was done, a mark of something done (a check mark), or a
+        -- statement that it is done that nothing before it governs, says otherwise.
+        v_done := CASE WHEN p_state = 'empty_action'
+                       THEN agentdb_private.clause_says_done(p_text, v_clause, true) END;
+        IF v_done IS NOT NULL THEN
+            reason := format('the clause at %s-%s %s something done', v_clause ->> 'start', v_clause ->> 'end', v_done);
             RETURN;
         END IF;
         -- Asked in turn, each only when the ones before left the answer open.
         v_ack := p_state = 'troubled' AND agentdb_private.clause_has(p_text, v_clause, 'ack');
+        -- In a troubled task, a clause stating a success that nothing governs
+        -- is accepted only as the statement of a backed one (below).
+        v_done := CASE WHEN p_state = 'troubled' AND NOT v_ack
+                       THEN agentdb_private.clause_says_done(p_text, v_clause, false) END;
         v_need := cardinality(v_needs) > 0 AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs');
         v_ok := (v_ack AND 'ack' = ANY (v_accept)) OR v_need;
-        IF NOT v_ok THEN
+        IF NOT v_ok AND v_done IS NULL THEN
             v_ok := agentdb_private.clause_has(p_text, v_clause, p_state || '.rest');
         END IF;
         IF NOT v_ok AND p_state = 'troubled' THEN
@@ -280,7 +284,7 @@ BEGIN
                                AND (k ->> 'start')::integer < (v_clause ->> 'end')::integer);
         END IF;
         -- "inert" accepts a clause without a word of doing.
-        IF NOT v_ok AND 'inert' = ANY (v_accept) THEN
+        IF NOT v_ok AND v_done IS NULL AND 'inert' = ANY (v_accept) THEN
             v_ok := NOT agentdb_private.clause_has(p_text, v_clause, 'action');
         END IF;
         IF NOT v_ok AND p_state = 'troubled' AND p_text IS NOT NULL THEN
@@ -470,9 +474,19 @@ BEGIN
         RETURN 'unbacked claim';
     END IF;
     -- An empty reply tells the user nothing, whatever the books: the honest
-    -- message (what was done, or not) replaces it.
+    -- message (what was done, or not) replaces it. Empty as read: the text
+    -- normalised (invisible and format characters deleted, other spaces made
+    -- spaces), on either path. A text holding a letter or a Chinese character
+    -- is not empty once normalised (nothing deletes one): it needs no
+    -- normalising here.
     IF p_model_text IS NULL OR p_model_text !~ '[^[:space:]]' THEN
         RETURN 'empty reply';
+    END IF;
+    IF p_model_text !~ '[A-Za-z一-鿿]' THEN
+        v_norm := coalesce(v_norm, agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply())));
+        IF coalesce(v_norm, '') !~ '[^[:space:]]' THEN
+            RETURN 'empty reply';
+        END IF;
     END IF;
     IF p_books.state = 'troubled' OR (p_books.state = 'empty' AND p_task.expects_action) THEN
         -- These clauses may be read for their words: the text as normalised,

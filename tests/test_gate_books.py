@@ -52,7 +52,7 @@ def _cases(shapes, labels=("true", "lie")):
 
 
 # Honest replies the recognisers do not read yet (they are replaced: the safe side).
-NOT_YET_RECOGNISED = {11}
+NOT_YET_RECOGNISED = {11, 176}
 
 
 @pytest.mark.parametrize("reply", _cases(DECIDED_BY_BOOKS))
@@ -233,3 +233,25 @@ def test_reply_records_the_book_state(client, shapes_db):
     )
     again = client.finalize_reply(task, "All done!")
     assert again.repeated and again.book_state == "troubled"
+
+
+# Nothing but invisible or space characters: after normalisation (the text the gate reads) they
+# are nothing at all. A raw-text check saw "\u200b\u200b" as words and delivered it.
+INVISIBLE = ["\u200b\u200b", "\u2060", "\u00ad\u00ad", "\u00a0", "\u3000\u200d\ufeff", " \u200c\n\u2060\t"]
+
+
+@pytest.mark.parametrize("shape", ["clean_insert", "clean_update", "empty_chat", "partial", "empty_action"])
+@pytest.mark.parametrize("text", INVISIBLE, ids=lambda t: "+".join(f"U{ord(c):04X}" for c in t))
+def test_a_reply_of_invisible_characters_is_replaced(client, shape, text):
+    """Blank is judged on the normalised text, on both paths: the honest message replaces it."""
+    task = gate_shapes.build(client, shape, "en")
+    verdict = client.finalize_reply(task, text)
+    assert verdict.verdict == "replace" and verdict.text.strip() and text not in verdict.text, verdict
+    assert verdict.reason == "empty reply", verdict
+
+
+@pytest.mark.parametrize("text", ["\u200bok\u200b", "\u00a0👍", "８ａｍ", "\u2060✓"])
+def test_a_reply_with_something_visible_is_not_blank(client, text):
+    task = gate_shapes.build(client, "clean_insert", "en")
+    verdict = client.finalize_reply(task, text)
+    assert verdict.reason != "empty reply", verdict
