@@ -467,10 +467,17 @@ BEGIN
                      CROSS JOIN LATERAL (VALUES (1, x.guard), (2, x.re)) AS v (o, part)
                      -- Only a large alternation is split: a small one costs little as
                      -- it is, and one regex instead of several keeps the regexes a
-                     -- reply needs within PostgreSQL's cache of 32 per session.
+                     -- reply needs within PostgreSQL's cache of 32 per session. With
+                     -- the recognisers of 2026-12-01 even splitting en create alone
+                     -- (4,068 characters) overflowed that cache: 26.5 M instructions
+                     -- per detected finalize_reply against 11.6 M unsplit
+                     -- (bench/finalize_instructions.py), so no kind of today's
+                     -- document is large enough.
                      WHERE (x.lang, x.kind) IN (SELECT p.lang, p.kind FROM agentdb_private.claim_parts(p_doc) AS p
-                                                 GROUP BY p.lang, p.kind HAVING sum(char_length(p.re)) > 2500)
-                     GROUP BY x.lang, x.kind) AS a), '')
+                                                 GROUP BY p.lang, p.kind HAVING sum(char_length(p.re)) > 8000)
+                     GROUP BY x.lang, x.kind) AS a),
+                    -- no large kind (a small document): a CASE needs one WHEN
+                    'WHEN NULL THEN NULL::text []')
         || ' END');
     -- The facts rules too, languages in byte order, rules in document order.
     EXECUTE format(
