@@ -480,3 +480,26 @@ def test_a_long_reply_is_left_to_the_database(reminders):
     text = ("Noted. " * (DETECT_HERE_MAX // 7 + 1)) + "I've booked it."
     verdict = Client(reminders).finalize_reply(begin(reminders, lang="en", conversation="longer"), text)
     assert verdict.claims_from == "database" and verdict.replaced
+
+
+def test_a_kind_searched_part_by_part_finds_what_its_alternation_finds(db):
+    # A kind whose patterns total over 8,000 characters is searched pattern by pattern in the
+    # database (agentdb_private.claim_alts_compiled); no kind of today's document is that
+    # large, so one is made so: en create gets a pattern no text holds, guarded by its own
+    # string. Detection on every corpus line must not change, and Python still agrees.
+    texts = _corpus_texts()
+    before = _sql_many(db, texts)
+    padded = copy.deepcopy(patterns())
+    padded["languages"]["en"]["claims"].append(
+        {"kind": "create", "pattern": "qqzx(?:" + "|".join(f"w{i:04d}" for i in range(1700)) + ")",
+         "any": ["qqzx"]})
+    load(db, padded)
+    try:
+        split = db.execute("SELECT agentdb_private.claim_alts_compiled('en', 'create')").fetchone()[0]
+        assert split and len(split) >= 4  # guard, regex pairs: the kind is split
+        assert db.execute("SELECT agentdb_private.claim_alts_compiled('zh', 'create')").fetchone()[0] is None
+        assert _sql_many(db, texts) == before
+        assert [c["kind"] for c in detect(db, "qqzxw0042 done", "en")] == ["create"]
+    finally:
+        load(db, patterns())
+    assert db.execute("SELECT agentdb_private.claim_alts_compiled('en', 'create')").fetchone()[0] is None
