@@ -150,7 +150,7 @@ SELECT
     s.finished_at,
     s.finished_at - s.started_at AS duration
 FROM agentdb_private.steps AS s
-INNER JOIN agentdb_private.tasks AS t ON s.task_id = t.id;
+INNER JOIN agentdb_private.tasks AS t ON s.user_id = t.user_id AND s.task_id = t.id;
 
 CREATE OR REPLACE VIEW agentdb.v_audit AS
 SELECT
@@ -239,7 +239,7 @@ LEFT JOIN LATERAL (
     FROM agentdb_private.steps AS st
     WHERE st.task_id = t.id
 ) AS s ON true
-LEFT JOIN agentdb_private.replies AS r ON t.id = r.task_id
+LEFT JOIN agentdb_private.replies AS r ON t.user_id = r.user_id AND t.id = r.task_id
 LEFT JOIN LATERAL (
     SELECT
         au.payload ->> 'model_text' AS model_said,

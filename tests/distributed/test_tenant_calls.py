@@ -147,17 +147,17 @@ def test_maintenance_calls_run_from_the_coordinator(db, user):
 def test_verify_chain_with_an_anchor(db, user):
     task = begin(db, user)
     assert invoke(db, user, task, "add_reminder", {"content": "anchored", "remind_at": FAR})["verified"]
-    anchor = db.execute("SELECT agentdb.chain_anchor()").fetchone()[0]
-    mine = [k for k in anchor["audit"] if k.endswith(":" + user)]
-    assert mine, sorted(anchor["audit"])[:5]
+    anchor = db.execute("SELECT agentdb.chain_anchor()").fetchone()[0]  # seals first, per user
+    links = anchor["audit_links"]  # rows sealed since revision 0015: one tail per user
+    assert user in links, sorted(links)[:5]
     for chain in ("audit", "change"):
         assert db.execute("SELECT count(*) FROM agentdb.verify_chain(%s, %s)",
                           (chain, Jsonb(anchor))).fetchone()[0] == 0
-    # The anchored tail row of this user's stripe, as another anchor would have kept it, is gone.
-    forged = {**anchor, "audit": {**anchor["audit"], mine[0]: {**anchor["audit"][mine[0]], "hash": "00"}}}
+    # The anchored tail link of this user, as another anchor would have kept it, is gone.
+    forged = {**anchor, "audit_links": {**links, user: {**links[user], "hash": "00"}}}
     problems = db.execute("SELECT id, problem FROM agentdb.verify_chain('audit', %s)",
                           (Jsonb(forged),)).fetchall()
-    assert problems == [(anchor["audit"][mine[0]]["id"], "anchor_missing")], problems
+    assert problems == [(links[user]["id"], "anchor_missing")], problems
 
 
 def test_run_next_action_from_the_coordinator_takes_each_users_queue(db, user):
