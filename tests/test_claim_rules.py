@@ -89,6 +89,30 @@ def test_literal_guards_are_written_from_the_patterns_and_hold_on_every_corpus()
                     assert any(g in subject for g in guards), (rx.pattern[:60], clause)
 
 
+def test_python_prefilter_sets_the_bits_of_every_guard_a_clause_holds():
+    """The Python reader's one scan per clause and language (claims._Scan) sets exactly the bits
+    of the guards whose strings the clause holds, and of those without a guard: the same as
+    testing every guard's strings one by one, on every clause of the gate corpora. And each
+    pattern it searches by its top-level alternatives is cut where they join."""
+    data = Path(__file__).parent / "data"
+    texts = [line.rstrip("\n").split("\t")[-1].replace("\\n", "\n")
+             for path in sorted(data.glob("gate_*.tsv"))
+             for line in path.read_text(encoding="utf-8").splitlines()[1:]]
+    assert len(texts) > 1000
+    texts += ["abcd bcd", "n't n’t I'll", "已为您 为您设置"]
+    for lang in claims._langs():
+        guards = lang.scan.guards
+        for text in texts:
+            for piece in claims._cut(claims.normalise(text)):
+                subject, mask = piece.view(lang)
+                want = sum(1 << i for i, g in enumerate(guards) if g is None or any(s in subject for s in g))
+                assert mask == want, (lang.code, subject)
+    for spec in patterns()["languages"].values():
+        for pattern in [*spec["exclude"], *(c["pattern"] for c in spec["claims"]), *spec["labels"].values()]:
+            assert "|".join(claims._alternatives(pattern)) == pattern
+    assert claims._alternatives(r"a[|\]]b|(c|d)|\|e|[]|]") == [r"a[|\]]b", "(c|d)", r"\|e", "[]|]"]
+
+
 def test_a_reload_reaches_a_session_that_already_detected(db, dsn):
     other = psycopg.connect(dsn, autocommit=True)
     try:
