@@ -506,24 +506,29 @@ def test_a_long_reply_is_left_to_the_database(reminders):
     assert verdict.claims_from == "database" and verdict.replaced
 
 
-def test_a_kind_searched_part_by_part_finds_what_its_alternation_finds(db):
-    # A kind whose patterns total over 8,000 characters is searched pattern by pattern in the
-    # database (agentdb_private.claim_alts_compiled); no kind of today's document is that
-    # large, so one is made so: en create gets a pattern no text holds, guarded by its own
-    # string. Detection on every corpus line must not change, and Python still agrees.
-    texts = _corpus_texts()
-    before = _sql_many(db, texts)
-    padded = copy.deepcopy(patterns())
-    padded["languages"]["en"]["claims"].append(
-        {"kind": "create", "pattern": "qqzx(?:" + "|".join(f"w{i:04d}" for i in range(1700)) + ")",
-         "any": ["qqzx"]})
-    load(db, padded)
+def test_the_governing_labels_are_one_alternation_per_language_built_at_load(db):
+    # agentdb_private.clause_says_done asks, per language, one alternation of the labels that
+    # govern a statement that something is done: built when the patterns are loaded, from the
+    # document's "governs" list (default: nothing_done ... question), in that order.
+    default = ["nothing_done", "ack", "attempt", "offer", "condition", "future", "draft", "question"]
+
+    def governs():
+        return db.execute("SELECT agentdb_private.claim_doc_compiled() -> 'governs'").fetchone()[0]
+
+    def says_done(text):
+        return db.execute("SELECT agentdb_private.clause_says_done(%s, %s, false)",
+                          (text, Jsonb({"start": 0, "end": len(text)}))).fetchone()[0]
+
+    for code, spec in patterns()["languages"].items():
+        labels = spec["labels"]
+        assert governs()[code] == "|".join(f"(?:{labels[g]})" for g in default if g in labels)
+    assert says_done("I can get it all set") is None  # an offer governs the statement
+    narrowed = copy.deepcopy(patterns())
+    narrowed["governs"] = ["question"]
+    load(db, narrowed)
     try:
-        split = db.execute("SELECT agentdb_private.claim_alts_compiled('en', 'create')").fetchone()[0]
-        assert split and len(split) >= 4  # guard, regex pairs: the kind is split
-        assert db.execute("SELECT agentdb_private.claim_alts_compiled('zh', 'create')").fetchone()[0] is None
-        assert _sql_many(db, texts) == before
-        assert [c["kind"] for c in detect(db, "qqzxw0042 done", "en")] == ["create"]
+        assert governs() == {c: f"(?:{s['labels']['question']})" for c, s in patterns()["languages"].items()}
+        assert says_done("I can get it all set") == "states"  # an offer no longer does
     finally:
         load(db, patterns())
-    assert db.execute("SELECT agentdb_private.claim_alts_compiled('en', 'create')").fetchone()[0] is None
+    assert says_done("I can get it all set") is None
