@@ -855,7 +855,7 @@ RETURNS text
 LANGUAGE sql STABLE
 AS $$
     SELECT format($g$            RETURN jsonb_build_object('outcome', 'success', 'refusal', NULL, 'verified', true,
-                'affected_rows', v_affected, 'attempts', v_attempts, 'error', NULL,
+                'affected_rows', v_affected, 'attempts', v_attempts,
                 'key', CASE WHEN v_bulk THEN NULL ELSE jsonb_build_object(%1$s) END,
                 'row', CASE WHEN v_bulk THEN NULL ELSE v_row END,
                 'detail', CASE WHEN p_lang = 'en' THEN %3$L ELSE %4$L END);

@@ -77,9 +77,11 @@ END
 $$;
 
 -- The receipt of one call, from its result (built once; record_step stores it).
--- The label and the verdict are spelled out where used; what only refusals
--- carry (a sentence made here, the field named, the row found) is added only
--- when the result has it, so a success builds one object.
+-- A compiled tool's success (it carries its sentence and no error key) is
+-- already the receipt's body: only the call's own keys are put before it.
+-- Otherwise the label and the verdict are spelled out where used, and what
+-- only refusals carry (a sentence made here, the field named, the row found)
+-- is added only when the result has it.
 CREATE OR REPLACE FUNCTION agentdb_private.receipt(
     p_task agentdb_private.tasks, p_seq integer, p_tool_name text, p_tool agentdb_private.tools, p_call_id text,
     p_result jsonb
@@ -88,7 +90,15 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_receipt jsonb := jsonb_build_object(
+    v_receipt jsonb;
+BEGIN
+    IF p_result ->> 'outcome' = 'success' AND p_result ? 'detail' AND NOT p_result ? 'error' THEN
+        RETURN jsonb_build_object(
+            'task_id', p_task.id, 'seq', p_seq, 'call_id', p_call_id, 'tool', p_tool_name, 'action', p_tool.action,
+            'label', coalesce(CASE WHEN p_task.lang = 'en' THEN p_tool.label_en ELSE p_tool.label_zh END,
+                              CASE WHEN p_task.lang = 'en' THEN 'this action' ELSE '这个操作' END)) || p_result;
+    END IF;
+    v_receipt := jsonb_build_object(
         'task_id', p_task.id,
         'seq', p_seq,
         'call_id', p_call_id,
@@ -106,7 +116,6 @@ DECLARE
         'row', p_result -> 'row',
         -- A compiled tool's success carries its sentence, made at compile time.
         'detail', p_result ->> 'detail');
-BEGIN
     IF v_receipt ->> 'detail' IS NULL THEN
         v_receipt := v_receipt || jsonb_build_object('detail', agentdb_private.detail_text(
             p_result, v_receipt ->> 'label', coalesce(p_task.lang, 'zh'), p_tool.target));
