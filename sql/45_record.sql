@@ -185,13 +185,16 @@ BEGIN
     INSERT INTO agentdb_private.audit (
         task_id, step_id, user_id, tool, action, target, status, outcome, refusal, detail, db_role
     ) VALUES (
-        p_task.id, v_step_id, p_task.user_id, p_tool_name, p_tool.action, p_tool.target::text,
+        p_task.id, v_step_id, coalesce(p_task.user_id, ''), p_tool_name, p_tool.action, p_tool.target::text,
         CASE WHEN (p_receipt ->> 'verified')::boolean THEN 'SUCCESS'
              WHEN p_receipt ->> 'outcome' IN ('refused', 'invalid', 'needs_confirmation', 'duplicate', 'conflict')
                  THEN 'REFUSED'
              ELSE 'FAILED' END,
         p_receipt ->> 'outcome', p_result ->> 'refusal', coalesce(p_result ->> 'error', p_receipt ->> 'detail'), session_user
     );
+    -- Its note for the sealer (sql/64_chain.sql), in the same transaction.
+    INSERT INTO agentdb_private.chain_pending (user_id, chain, row_id)
+    VALUES (coalesce(p_task.user_id, ''), 'audit', currval('agentdb_private.audit_id_seq'::regclass));
     -- Steps are append-only, so the stored receipt has no step id of its own;
     -- the returned copy (and every replay) adds it from the row.
     RETURN CASE WHEN v_step_id IS NULL THEN p_receipt ELSE jsonb_build_object('step_id', v_step_id) || p_receipt END;

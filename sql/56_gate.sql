@@ -541,6 +541,8 @@ BEGIN
             v_verdict, format('%s claim(s), %s pending', jsonb_array_length(p_read.claims), jsonb_array_length(p_pending)),
             jsonb_build_object('model_text', left(p_model_text, 100000), 'claims', p_read.claims, 'pending', p_pending,
                                'claims_from', v_from, 'book_state', p_books.state, 'reason', p_reason));
+    INSERT INTO agentdb_private.chain_pending (user_id, chain, row_id)
+    VALUES (p_task.user_id, 'audit', currval('agentdb_private.audit_id_seq'::regclass));
     -- Either text shows this task's draft summaries: they now count as seen.
     IF p_books.drafts THEN
         PERFORM agentdb_private.mark_shown(p_task.user_id, p_task.id);
@@ -586,8 +588,10 @@ BEGIN
     v_task := agentdb_private.close_task(p_user, finalize_core.task);
     IF v_task.id IS NULL THEN
         INSERT INTO agentdb_private.audit (task_id, user_id, action, status, outcome, refusal, detail, payload)
-        VALUES (finalize_core.task, p_user, 'reply', 'REFUSED', 'replace', 'unknown_task', 'no such task',
+        VALUES (finalize_core.task, coalesce(p_user, ''), 'reply', 'REFUSED', 'replace', 'unknown_task', 'no such task',
                 jsonb_build_object('model_text', left(model_text, 100000)));
+        INSERT INTO agentdb_private.chain_pending (user_id, chain, row_id)
+        VALUES (coalesce(p_user, ''), 'audit', currval('agentdb_private.audit_id_seq'::regclass));
         RETURN jsonb_build_object('verdict', 'replace', 'text', agentdb_private.msg('gate.unknown_task', 'zh')
             || E'\n' || agentdb_private.msg('gate.unknown_task', 'en'), 'pending', '[]'::jsonb,
             'error', 'unknown_task');

@@ -92,6 +92,8 @@ BEGIN
     INSERT INTO agentdb_private.audit (task_id, user_id, tool, action, target, status, outcome, detail)
     VALUES (p_task.id, p_task.user_id, p_tool.name, 'propose', p_tool.target::text, 'SUCCESS', 'proposed',
             format('draft %s (%s), expires %s', v_draft.ordinal, v_draft.id, v_draft.expires_at));
+    INSERT INTO agentdb_private.chain_pending (user_id, chain, row_id)
+    VALUES (p_task.user_id, 'audit', currval('agentdb_private.audit_id_seq'::regclass));
     RETURN v_draft;
 END
 $$;
@@ -392,6 +394,8 @@ BEGIN
      WHERE d.user_id = v_draft.user_id AND d.id = v_draft.id;
     INSERT INTO agentdb_private.audit (task_id, user_id, tool, action, status, outcome, detail)
     VALUES (v_task.id, v_task.user_id, v_draft.tool, 'reject', 'SUCCESS', 'rejected', format('draft %s', v_draft.ordinal));
+    INSERT INTO agentdb_private.chain_pending (user_id, chain, row_id)
+    VALUES (v_task.user_id, 'audit', currval('agentdb_private.audit_id_seq'::regclass));
     RETURN jsonb_build_object('outcome', 'rejected', 'draft_id', v_draft.id, 'ordinal', v_draft.ordinal,
         'detail', agentdb_private.msg('draft.rejected', v_task.lang, jsonb_build_object('ordinal', v_draft.ordinal)));
 END

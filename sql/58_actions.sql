@@ -42,6 +42,8 @@ BEGIN
     INSERT INTO agentdb_private.audit (task_id, user_id, tool, action, target, status, outcome, detail)
     VALUES ((s.task).id, (s.task).user_id, v_tool.name, 'request_approval', v_tool.target::text, 'SUCCESS',
             'pending_approval', format('action %s', v_action.id));
+    INSERT INTO agentdb_private.chain_pending (user_id, chain, row_id)
+    VALUES ((s.task).user_id, 'audit', currval('agentdb_private.audit_id_seq'::regclass));
     v_summary := CASE WHEN (s.task).lang = 'en' THEN v_action.summary_en ELSE v_action.summary_zh END;
     RETURN jsonb_build_object(
         'outcome', 'pending_approval', 'action_id', v_action.id, 'verified', false, 'summary', v_summary,
@@ -151,6 +153,8 @@ BEGIN
             coalesce(v_refusal, CASE WHEN p_approve THEN 'approved' ELSE 'rejected' END), v_refusal,
             format('action %s by %s', p_action, p_approver),
             jsonb_build_object('approver', p_approver, 'args', p_args, 'note', p_note));
+    INSERT INTO agentdb_private.chain_pending (user_id, chain, row_id)
+    VALUES (coalesce(v_action.user_id, agentdb_private.tenant_of(p_user)), 'audit', currval('agentdb_private.audit_id_seq'::regclass));
     IF v_refusal IS NOT NULL THEN
         IF v_refusal = 'action_expired' THEN
             UPDATE agentdb_private.actions AS a SET status = 'expired', finished_at = v_now

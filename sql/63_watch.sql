@@ -97,8 +97,7 @@ AS $$
     SELECT array_agg(ROW(
                nextval('agentdb_private.change_log_id_seq'::regclass), p_oid, p_name, p_op, p.k, p.o_j, p.w_j,
                pg_current_xact_id(), p_task, p_seq, session_user, clock_timestamp(), NULL, NULL, NULL,
-               coalesce(coalesce(p.w_j, p.o_j) ->> nullif(p_owner, ''), ''),
-               coalesce(coalesce(p.w_j, p.o_j) ->> nullif(p_owner, ''), ''))::agentdb_private.change_log
+               coalesce(coalesce(p.w_j, p.o_j) ->> nullif(p_owner, ''), ''), NULL)::agentdb_private.change_log
            ORDER BY p.n)
       FROM pairs AS p
 $$;
@@ -125,47 +124,23 @@ BEGIN
 END
 $$;
 
--- Insert a statement's change-log rows (several), each tenant's linked into a
--- stripe of its chain (sql/64_chain.sql): every row built as a change_log
--- record first, so its content is hashed exactly as agentdb.verify_chain reads
--- it back.
+-- Insert a statement's change-log rows (several), each with its note for the
+-- sealer (sql/64_chain.sql), which links it into its tenant's chain after
+-- commit.
 DROP FUNCTION IF EXISTS agentdb_private.log_changes(jsonb[]);
 CREATE OR REPLACE FUNCTION agentdb_private.log_changes(p_rows agentdb_private.change_log[])
 RETURNS void
 LANGUAGE plpgsql
 AS $$
-DECLARE
-    v_tenant text;
-    v_tail record;
-    v_mine agentdb_private.change_log [];
 BEGIN
-    FOR v_tenant IN SELECT DISTINCT r.chain_tenant FROM unnest(p_rows) AS r LOOP
-        v_tail := agentdb_private.chain_claim('change', v_tenant);
-        -- jsonb_populate_record(base, small object) sets only the link's fields.
-        v_mine := ARRAY(SELECT r FROM unnest(p_rows) AS r WHERE r.chain_tenant = v_tenant);
-        WITH src AS (
-            SELECT g::bigint AS n, jsonb_populate_record(v_mine[g], jsonb_build_object(
-                       'chain_stripe', v_tail.stripe, 'chain_seq', v_tail.last_seq + g)) AS r
-              FROM generate_subscripts(v_mine, 1) AS g
-        ),
-        linked AS (
-            SELECT s.n, s.r, agentdb_private.chain_agg(s.c) OVER (ORDER BY s.n ROWS UNBOUNDED PRECEDING) AS h
-              FROM (SELECT 0::bigint AS n, NULL::agentdb_private.change_log AS r, v_tail.last_hash AS c
-                    UNION ALL
-                    SELECT src.n, src.r, agentdb_private.chain_content(to_jsonb(src.r)) FROM src) AS s
-        )
-        -- LATERAL: (f(x)).* would call f once per column.
-        INSERT INTO agentdb_private.change_log OVERRIDING SYSTEM VALUE
-        SELECT x.*
-          FROM linked AS l
-         CROSS JOIN LATERAL jsonb_populate_record(l.r, jsonb_build_object('hash', l.h)) AS x
-         WHERE l.n > 0;
-    END LOOP;
+    INSERT INTO agentdb_private.change_log OVERRIDING SYSTEM VALUE SELECT r.* FROM unnest(p_rows) AS r;
+    INSERT INTO agentdb_private.chain_pending (user_id, chain, row_id)
+    SELECT r.user_id, 'change', r.id FROM unnest(p_rows) AS r;
 END
 $$;
 
--- One changed row (the common case): built as its change_log record, linked
--- into its tenant's chain and inserted, without a set-based query.
+-- One changed row (the common case), and its note for the sealer, without a
+-- set-based query. The row's owner (user_id) is the tenant whose chain it joins.
 CREATE OR REPLACE FUNCTION agentdb_private.log_change(
     p_oid oid, p_name text, p_owner text, p_keys text[], p_op text, p_old jsonb, p_new jsonb, p_task uuid,
     p_seq integer
@@ -176,20 +151,17 @@ AS $$
 DECLARE
     v_row jsonb := coalesce(p_new, p_old);
     v_tenant text := coalesce(v_row ->> nullif(p_owner, ''), '');
-    v_rec agentdb_private.change_log;
-    v_tail record;
+    v_id bigint;
 BEGIN
-    v_tail := agentdb_private.chain_claim('change', v_tenant);
-    -- One ROW (change_log's column order, as in change_rows): field by field
-    -- assignments to a record variable cost twice as much.
-    v_rec := ROW(
-        nextval('agentdb_private.change_log_id_seq'::regclass), p_oid, p_name, p_op,
+    INSERT INTO agentdb_private.change_log AS c (
+        table_oid, table_name, op, key, old_row, new_row, txid, task_id, seq, db_role, at, user_id
+    ) VALUES (
+        p_oid, p_name, p_op,
         CASE WHEN cardinality(p_keys) = 1 THEN jsonb_build_object(p_keys[1], v_row -> p_keys[1])
              ELSE (SELECT jsonb_object_agg(k, v_row -> k) FROM unnest(p_keys) AS k) END,
-        p_old, p_new, pg_current_xact_id(), p_task, p_seq, session_user, clock_timestamp(),
-        v_tail.stripe, v_tail.last_seq + 1, NULL, v_tenant, v_tenant)::agentdb_private.change_log;
-    v_rec.hash := sha256(v_tail.last_hash || agentdb_private.chain_content(to_jsonb(v_rec)));
-    INSERT INTO agentdb_private.change_log OVERRIDING SYSTEM VALUE SELECT v_rec.*;
+        p_old, p_new, pg_current_xact_id(), p_task, p_seq, session_user, clock_timestamp(), v_tenant
+    ) RETURNING c.id INTO v_id;
+    INSERT INTO agentdb_private.chain_pending (user_id, chain, row_id) VALUES (v_tenant, 'change', v_id);
 END
 $$;
 
@@ -252,20 +224,9 @@ BEGIN
     END IF;
     v_owner := CASE WHEN v_owned THEN substr(TG_ARGV[1], 7) ELSE '' END;
     v_keys := CASE WHEN v_owned THEN TG_ARGV[2:] ELSE TG_ARGV[1:] END;
-    IF current_setting('transaction_isolation') = 'read committed' THEN
-        PERFORM agentdb_private.watch_append(v_oid, v_name, v_owner, v_keys, TG_OP, v_old, v_new, v_task, v_seq);
-        RETURN NULL;
-    END IF;
-    -- Under REPEATABLE READ or SERIALIZABLE the stripe's tail is read from the
-    -- transaction's snapshot: if another writer appended to the stripe since,
-    -- the new link's place is taken (the chain key is unique), and the writer
-    -- gets a serialization failure to retry, never a fork.
-    BEGIN
-        PERFORM agentdb_private.watch_append(v_oid, v_name, v_owner, v_keys, TG_OP, v_old, v_new, v_task, v_seq);
-    EXCEPTION WHEN unique_violation THEN
-        RAISE EXCEPTION 'could not serialize access: the change log''s chain moved on since this transaction''s snapshot'
-            USING ERRCODE = 'serialization_failure', HINT = 'Retry the transaction.';
-    END;
+    -- No chain is read here (the sealer links the rows after commit), so any
+    -- isolation level appends alike.
+    PERFORM agentdb_private.watch_append(v_oid, v_name, v_owner, v_keys, TG_OP, v_old, v_new, v_task, v_seq);
     RETURN NULL;
 END
 $$;

@@ -1,27 +1,30 @@
 -- Tamper evidence: the audit rows and the change-log rows are hash-chained.
 --
--- Each chained row stores its place (chain_tenant, chain_stripe, chain_seq) and
---     hash = sha256(previous row's hash || content)
--- where content is the row as jsonb without NULLs and without hash, as UTF-8
--- text (rendered with TimeZone UTC, so the bytes do not depend on the session),
--- and the first row of a stripe follows 32 zero bytes. Editing a row breaks its
--- own link; deleting one leaves a gap in chain_seq; recomputing an edited row's
--- hash breaks the next row's link.
+-- From revision 0015 a row is linked after its transaction commits, by the
+-- sealer (agentdb.seal_chains), not by its writer. A writer inserts the row and
+-- a note in chain_pending (same transaction, same subtransaction); the sealer
+-- takes every committed note, links the rows into their tenant's chain in
+-- chain_links, in row order, and removes the notes, in one transaction:
+--     link(n) = sha256(link(n-1) || content(row))
+-- per tenant (the row's user_id; '' for rows without one) and chain ('audit'
+-- or 'change'), where content is the row as jsonb without NULLs and without
+-- hash, as UTF-8 text rendered with TimeZone UTC, and the first link follows
+-- 32 zero bytes. Editing a sealed row breaks its own link; deleting one leaves
+-- its link without a row (and a note without a row shows a row deleted before
+-- it was sealed); recomputing an edited row's link breaks the next link.
 --
--- Concurrency: per tenant, no shared append point. A chain is kept per tenant
--- (the user the row belongs to; '' for rows without one) in as many stripes as
--- that tenant has writers at once. A writer takes the first stripe of its
--- tenant that no other open transaction holds (FOR UPDATE SKIP LOCKED on its
--- row in chain_stripes, once per transaction for both chains), or opens a new
--- one (numbered from chain_stripe_seq), and holds it to commit; the tail is the stripe's last row. So no
--- transaction ever waits for another to append, whoever they act for: an agent
--- that holds transactions open holds only stripes of its own tenant, which
--- nobody else needs. Within a stripe appends are serial (the row lock), so a
--- stripe never forks; under REPEATABLE READ a stripe appended to since the
--- snapshot fails with a serialization error (40001) instead of forking.
+-- Writers share no append point at all: they never read or lock a chain, so no
+-- transaction waits for another to write, whoever they act for. One sealer
+-- runs at a time (it holds chain_sealer's row); it never waits for a writer,
+-- and rows a still-open transaction writes are sealed by a later run. What
+-- this gives up: between its commit and the next seal a row has no link, so
+-- an edit or a deletion made by someone who can bypass the append-only
+-- triggers in that window is not evidence yet (docs/ledger.md: run the sealer
+-- often; verify_chain and chain_anchor seal first).
 --
--- Rows chained before revision 0011 (chain_tenant NULL) belong to the 16 global
--- stripes of that time; they are verified as they were.
+-- Rows chained before revision 0015 keep their links in their own columns
+-- (chain_tenant, chain_stripe, chain_seq, hash: per tenant and stripe since
+-- 0011, the 16 global stripes before) and are verified as they were.
 
 CREATE OR REPLACE FUNCTION agentdb_private.chain_genesis()
 RETURNS bytea
@@ -54,114 +57,131 @@ CREATE OR REPLACE AGGREGATE agentdb_private.chain_agg (bytea)(
     stype = bytea
 );
 
--- The 16 global stripes of revisions 0004-0010: replaced by chain_stripes.
+-- The writers' links of revisions 0004-0014: replaced by the sealer.
+DROP TRIGGER IF EXISTS audit_chain ON agentdb_private.audit;
+DROP FUNCTION IF EXISTS agentdb_private.chain_audit();
 DROP FUNCTION IF EXISTS agentdb_private.chain_claim(text);
+DROP FUNCTION IF EXISTS agentdb_private.chain_claim(text, text);
 
--- Take a stripe of a tenant's chains for this transaction and return the tail
--- of one chain ('audit' or 'change') in it (last_seq 0 and the genesis hash for
--- an empty stripe). The transaction keeps the stripe (its row lock) to commit,
--- and remembers it (agentdb.chain_stripe, transaction-local, undone with a
--- rolled-back subtransaction like the lock): later rows of this tenant, in
--- either chain, follow in the same stripe. Never waits: a stripe another open
--- transaction holds is skipped; when all are held, a new stripe is opened
--- (numbers taken under a try-lock, so two openers never race for one number).
-CREATE OR REPLACE FUNCTION agentdb_private.chain_claim(
-    p_chain text, p_tenant text, OUT stripe integer, OUT last_seq bigint, OUT last_hash bytea
-)
+-- Link every committed pending row of one chain ('audit' or 'change'): each
+-- tenant's rows in row order after that tenant's last link. A note whose row
+-- is gone (deleted before it was sealed) still gets its link, over empty
+-- content: verify_chain reports the row as missing. Returns the rows linked.
+-- Callers hold chain_sealer's row (one sealer at a time) and pin TimeZone.
+CREATE OR REPLACE FUNCTION agentdb_private.seal_chain(p_chain text)
+RETURNS bigint
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_held text := current_setting('agentdb.chain_stripe', true);
+    v_linked bigint;
 BEGIN
-    IF v_held IS NOT NULL AND v_held <> '' AND split_part(v_held, chr(31), 2) = p_tenant THEN
-        stripe := split_part(v_held, chr(31), 1)::integer;
-    ELSE
-        SELECT x.stripe INTO stripe FROM agentdb_private.chain_stripes AS x
-         WHERE x.tenant = p_tenant ORDER BY x.stripe LIMIT 1 FOR UPDATE SKIP LOCKED;
-        IF stripe IS NULL THEN
-            -- A new stripe: its number from a sequence, so the insert never meets
-            -- another writer's (an ON CONFLICT would wait for it) and no advisory
-            -- lock is taken (run_sql refuses a statement that leaves one).
-            INSERT INTO agentdb_private.chain_stripes AS x (tenant, stripe)
-            VALUES (p_tenant, nextval('agentdb_private.chain_stripe_seq')::integer)
-            RETURNING x.stripe INTO stripe;
-        END IF;
-        v_held := set_config('agentdb.chain_stripe', stripe || chr(31) || p_tenant, true);
-    END IF;
-    -- The tenant is the rows' user_id too (revision 0014): on Citus, one shard.
-    IF p_chain = 'audit' THEN
-        SELECT a.chain_seq, a.hash INTO last_seq, last_hash FROM agentdb_private.audit AS a
-         WHERE a.user_id = p_tenant AND a.chain_tenant = p_tenant AND a.chain_stripe = stripe
-         ORDER BY a.chain_seq DESC LIMIT 1;
-    ELSE
-        SELECT c.chain_seq, c.hash INTO last_seq, last_hash FROM agentdb_private.change_log AS c
-         WHERE c.user_id = p_tenant AND c.chain_tenant = p_tenant AND c.chain_stripe = stripe
-         ORDER BY c.chain_seq DESC LIMIT 1;
-    END IF;
-    last_seq := coalesce(last_seq, 0);
-    last_hash := coalesce(last_hash, agentdb_private.chain_genesis());
+    EXECUTE format($q$
+        WITH notes AS (
+            DELETE FROM agentdb_private.chain_pending AS p WHERE p.chain = $1 RETURNING p.user_id, p.row_id
+        ),
+        fresh AS (
+            SELECT n.user_id, n.row_id,
+                   row_number() OVER (PARTITION BY n.user_id ORDER BY n.row_id) AS n,
+                   coalesce(agentdb_private.chain_content(to_jsonb(r.*)), '\x'::bytea) AS content
+              FROM (SELECT DISTINCT x.user_id, x.row_id FROM notes AS x) AS n
+              LEFT JOIN %s AS r ON r.user_id = n.user_id AND r.id = n.row_id
+        ),
+        tails AS (
+            SELECT u.user_id, coalesce(t.seq, 0) AS seq, coalesce(t.hash, agentdb_private.chain_genesis()) AS hash
+              FROM (SELECT DISTINCT f.user_id FROM fresh AS f) AS u
+              LEFT JOIN LATERAL (SELECT l.seq, l.hash FROM agentdb_private.chain_links AS l
+                                  WHERE l.user_id = u.user_id AND l.chain = $1
+                                  ORDER BY l.seq DESC LIMIT 1) AS t ON true
+        ),
+        linked AS (
+            SELECT s.user_id, s.n, s.row_id,
+                   agentdb_private.chain_agg(s.c) OVER (PARTITION BY s.user_id ORDER BY s.n ROWS UNBOUNDED PRECEDING) AS h
+              FROM (SELECT t.user_id, 0::bigint AS n, NULL::bigint AS row_id, t.hash AS c FROM tails AS t
+                    UNION ALL
+                    SELECT f.user_id, f.n, f.row_id, f.content FROM fresh AS f) AS s
+        )
+        INSERT INTO agentdb_private.chain_links (user_id, chain, seq, row_id, hash)
+        SELECT l.user_id, $1, t.seq + l.n, l.row_id, l.h
+          FROM linked AS l JOIN tails AS t ON t.user_id = l.user_id
+         WHERE l.n > 0
+    $q$, CASE p_chain WHEN 'audit' THEN 'agentdb_private.audit' ELSE 'agentdb_private.change_log' END)
+    USING p_chain;
+    GET DIAGNOSTICS v_linked = ROW_COUNT;
+    RETURN v_linked;
 END
 $$;
 
--- BEFORE INSERT on audit: link the new row into its tenant's chain. The tenant
--- is the row's user, else its task's user, else '' (a call naming no known task);
--- the row's user_id is set to it (the entry points give it: the task lookup
--- by id alone is for inserts that do not, and on Citus would leave the shard).
-CREATE OR REPLACE FUNCTION agentdb_private.chain_audit()
-RETURNS trigger
+-- Seal both chains: link every row whose transaction has committed. Run it
+-- often (`pyagentdb worker` does, every poll; or cron, pg_cron): until it
+-- runs, fresh rows have no link. verify_chain and chain_anchor call it first.
+-- One sealer at a time: a second waits for the first, then finds nothing left
+-- or what committed meanwhile. Outside READ COMMITTED, or in a read-only
+-- transaction, nothing is sealed (NULL counts): an older snapshot would miss
+-- notes another sealer took. Returns {"audit": n, "change": n}.
+CREATE OR REPLACE FUNCTION agentdb.seal_chains()
+RETURNS jsonb
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-SET timezone = 'UTC'
-AS $$
-DECLARE
-    v_tail record;
-BEGIN
-    IF NEW.user_id IS NULL THEN
-        NEW.user_id := coalesce((SELECT t.user_id FROM agentdb_private.tasks AS t WHERE t.id = NEW.task_id), '');
-    END IF;
-    NEW.chain_tenant := NEW.user_id;
-    v_tail := agentdb_private.chain_claim('audit', NEW.chain_tenant);
-    NEW.chain_stripe := v_tail.stripe;
-    NEW.chain_seq := v_tail.last_seq + 1;
-    -- chain_content leaves hash out: whatever the inserter gave is replaced.
-    NEW.hash := sha256(v_tail.last_hash || agentdb_private.chain_content(to_jsonb(NEW)));
-    RETURN NEW;
-END
-$$;
-
-CREATE OR REPLACE TRIGGER audit_chain
-BEFORE INSERT ON agentdb_private.audit
-FOR EACH ROW EXECUTE FUNCTION agentdb_private.chain_audit();
-
--- Every broken link of a chain ('audit' or 'change'), in id order:
---   altered        the row's content or its hash no longer match its link
---   gap            rows are missing before this one in its stripe
---   not_chained    a row without a link, written after the chain began
--- p_anchor (from agentdb.chain_anchor(), kept outside the database) also finds
--- rows removed from the end of a stripe:
---   anchor_missing the anchored tail row is gone or differs
-CREATE OR REPLACE FUNCTION agentdb.verify_chain(chain text DEFAULT 'audit', anchor jsonb DEFAULT NULL)
-RETURNS TABLE (id bigint, problem text)
-LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET timezone = 'UTC'
 AS $$
 DECLARE
-    v_table text;
-    v_links text;
-    v_problems jsonb;
-    v_anchored jsonb;
+    v_audit bigint;
+    v_change bigint;
 BEGIN
-    v_table := CASE verify_chain.chain
-        WHEN 'audit' THEN 'agentdb_private.audit'
-        WHEN 'change' THEN 'agentdb_private.change_log'
-    END;
-    IF v_table IS NULL THEN
-        RAISE EXCEPTION 'no chain named %', coalesce(verify_chain.chain, 'NULL')
-            USING HINT = 'The chains are audit and change.', ERRCODE = 'invalid_parameter_value';
+    IF current_setting('transaction_isolation') <> 'read committed'
+            OR current_setting('transaction_read_only') = 'on' THEN
+        RETURN jsonb_build_object('audit', NULL, 'change', NULL);
     END IF;
-    v_links := format($q$
+    PERFORM 1 FROM agentdb_private.chain_sealer AS s WHERE s.id = 1 FOR UPDATE;
+    v_audit := agentdb_private.seal_chain('audit');
+    v_change := agentdb_private.seal_chain('change');
+    UPDATE agentdb_private.chain_sealer AS s
+       SET sealed_at = clock_timestamp(), sealed_rows = s.sealed_rows + v_audit + v_change
+     WHERE s.id = 1;
+    RETURN jsonb_build_object('audit', v_audit, 'change', v_change);
+END
+$$;
+
+-- The links of one chain from revision 0015 on that do not hold, as (row id,
+-- problem): missing (the row is gone), gap (links before this one are gone),
+-- altered (the row or its link was changed). Callers pin TimeZone to UTC.
+CREATE OR REPLACE FUNCTION agentdb_private.chain_links_problems(p_chain text)
+RETURNS TABLE (id bigint, problem text)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN QUERY EXECUTE format($q$
+        WITH l AS (
+            SELECT k.user_id, k.seq, k.row_id, k.hash,
+                   lag(k.seq) OVER w AS prev_seq, lag(k.hash) OVER w AS prev_hash
+              FROM agentdb_private.chain_links AS k
+             WHERE k.chain = $1
+            WINDOW w AS (PARTITION BY k.user_id ORDER BY k.seq)
+        )
+        SELECT l.row_id,
+               CASE WHEN r.id IS NULL THEN 'missing'
+                    WHEN l.seq <> coalesce(l.prev_seq, 0) + 1 THEN 'gap'
+                    ELSE 'altered' END
+          FROM l
+          LEFT JOIN %s AS r ON r.user_id = l.user_id AND r.id = l.row_id
+         WHERE r.id IS NULL
+            OR l.seq <> coalesce(l.prev_seq, 0) + 1
+            OR l.hash IS DISTINCT FROM sha256(coalesce(l.prev_hash, agentdb_private.chain_genesis())
+                                              || agentdb_private.chain_content(to_jsonb(r.*)))
+    $q$, CASE p_chain WHEN 'audit' THEN 'agentdb_private.audit' ELSE 'agentdb_private.change_log' END)
+    USING p_chain;
+END
+$$;
+
+-- The links of rows chained before revision 0015 (in their own columns) that
+-- do not hold: gap (rows are missing before this one in its stripe) or altered.
+CREATE OR REPLACE FUNCTION agentdb_private.chain_old_problems(p_table text)
+RETURNS TABLE (id bigint, problem text)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN QUERY EXECUTE format($q$
         WITH links AS (
             SELECT r.id, r.chain_seq, r.hash,
                    lag(r.chain_seq) OVER w AS prev_seq,
@@ -176,49 +196,126 @@ BEGIN
           FROM links AS l
          WHERE l.chain_seq <> coalesce(l.prev_seq, 0) + 1
             OR l.hash IS DISTINCT FROM sha256(coalesce(l.prev_hash, agentdb_private.chain_genesis()) || l.content)
-        UNION ALL
-        SELECT r.id, 'not_chained'
+    $q$, p_table);
+END
+$$;
+
+-- Rows with no link at all (neither of their own, nor a sealed one, nor a note
+-- waiting for the sealer), written after the chain began: inserted around the
+-- writers (with the triggers off, or by hand).
+CREATE OR REPLACE FUNCTION agentdb_private.chain_unlinked(p_chain text, p_table text)
+RETURNS TABLE (id bigint, problem text)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN QUERY EXECUTE format($q$
+        SELECT r.id, 'not_chained'::text
           FROM %1$s AS r
          WHERE r.chain_seq IS NULL
-           AND r.id > (SELECT min(c.id) FROM %1$s AS c WHERE c.chain_seq IS NOT NULL)
-    $q$, v_table);
-    IF verify_chain.anchor IS NULL THEN
-        RETURN QUERY EXECUTE v_links || ' ORDER BY 1';
-        RETURN;
-    END IF;
-    -- With an anchor: the links' problems and the anchored rows (read by id, a
-    -- subquery Citus runs first) are fetched, then compared here. On Citus a
-    -- correlated subquery next to jsonb_each() cannot be planned (docs/scaling.md).
-    EXECUTE format('SELECT coalesce(jsonb_agg(to_jsonb(q)), ''[]'') FROM (%s) AS q', v_links) INTO v_problems;
+           AND r.id > least((SELECT min(c.id) FROM %1$s AS c WHERE c.chain_seq IS NOT NULL),
+                            (SELECT min(l.row_id) FROM agentdb_private.chain_links AS l WHERE l.chain = $1))
+           AND NOT EXISTS (SELECT 1 FROM agentdb_private.chain_links AS l
+                            WHERE l.user_id = r.user_id AND l.chain = $1 AND l.row_id = r.id)
+           AND NOT EXISTS (SELECT 1 FROM agentdb_private.chain_pending AS p
+                            WHERE p.user_id = r.user_id AND p.chain = $1 AND p.row_id = r.id)
+    $q$, p_table) USING p_chain;
+END
+$$;
+
+-- Anchored tails (agentdb.chain_anchor) that are gone or differ: rows removed
+-- from the end of a chain, which no chain shows by itself. The anchored rows
+-- and links are read first, then compared (on Citus a correlated subquery next
+-- to jsonb_each() cannot be planned, docs/scaling.md).
+CREATE OR REPLACE FUNCTION agentdb_private.chain_anchor_problems(p_chain text, p_table text, p_anchor jsonb)
+RETURNS TABLE (id bigint, problem text)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_rows jsonb;
+    v_links jsonb;
+BEGIN
     EXECUTE format($a$
         SELECT coalesce(jsonb_agg(jsonb_build_object('id', r.id, 'tenant', r.chain_tenant, 'stripe', r.chain_stripe,
                                                      'seq', r.chain_seq, 'hash', encode(r.hash, 'hex'))), '[]')
           FROM %1$s AS r
          WHERE r.id IN (SELECT (t.value ->> 'id')::bigint FROM jsonb_each(coalesce($1 -> %2$L, '{}')) AS t)
-    $a$, v_table, verify_chain.chain) INTO v_anchored USING verify_chain.anchor;
+    $a$, p_table, p_chain) INTO v_rows USING p_anchor;
+    SELECT coalesce(jsonb_agg(jsonb_build_object('tenant', l.user_id, 'seq', l.seq, 'id', l.row_id,
+                                                 'hash', encode(l.hash, 'hex'))), '[]')
+      INTO v_links
+      FROM agentdb_private.chain_links AS l
+     WHERE l.chain = p_chain
+       AND (l.user_id, l.seq) IN (SELECT t.key, (t.value ->> 'seq')::bigint
+                                    FROM jsonb_each(coalesce(p_anchor -> (p_chain || '_links'), '{}')) AS t);
+    RETURN QUERY
+    SELECT (t.value ->> 'id')::bigint, 'anchor_missing'::text
+      FROM jsonb_each(coalesce(p_anchor -> p_chain, '{}')) AS t
+     WHERE NOT EXISTS (
+           SELECT 1 FROM jsonb_array_elements(v_rows) AS r
+            WHERE (r ->> 'tenant') IS NOT DISTINCT FROM CASE WHEN strpos(t.key, ':') > 0
+                                                             THEN substr(t.key, strpos(t.key, ':') + 1) END
+              AND (r ->> 'stripe')::integer = split_part(t.key, ':', 1)::integer
+              AND (r ->> 'seq')::bigint = (t.value ->> 'seq')::bigint
+              AND (r ->> 'id')::bigint = (t.value ->> 'id')::bigint
+              AND r ->> 'hash' = t.value ->> 'hash')
+    UNION ALL
+    SELECT (t.value ->> 'id')::bigint, 'anchor_missing'::text
+      FROM jsonb_each(coalesce(p_anchor -> (p_chain || '_links'), '{}')) AS t
+     WHERE NOT EXISTS (
+           SELECT 1 FROM jsonb_array_elements(v_links) AS l
+            WHERE l ->> 'tenant' = t.key
+              AND (l ->> 'seq')::bigint = (t.value ->> 'seq')::bigint
+              AND (l ->> 'id')::bigint = (t.value ->> 'id')::bigint
+              AND l ->> 'hash' = t.value ->> 'hash');
+END
+$$;
+
+-- Every broken link of a chain ('audit' or 'change'), in id order, after
+-- sealing what has committed (agentdb.seal_chains):
+--   altered        the row's content or its link no longer match
+--   gap            links (or, before 0015, rows) are missing before this one
+--   missing        a sealed row is gone (also one deleted before it was sealed)
+--   not_chained    a row without any link, written after the chain began
+-- p_anchor (from agentdb.chain_anchor(), kept outside the database) also finds
+-- rows removed from the end of a chain:
+--   anchor_missing the anchored tail is gone or differs
+CREATE OR REPLACE FUNCTION agentdb.verify_chain(chain text DEFAULT 'audit', anchor jsonb DEFAULT NULL)
+RETURNS TABLE (id bigint, problem text)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET timezone = 'UTC'
+AS $$
+DECLARE
+    v_table text := CASE verify_chain.chain
+        WHEN 'audit' THEN 'agentdb_private.audit'
+        WHEN 'change' THEN 'agentdb_private.change_log'
+    END;
+BEGIN
+    IF v_table IS NULL THEN
+        RAISE EXCEPTION 'no chain named %', coalesce(verify_chain.chain, 'NULL')
+            USING HINT = 'The chains are audit and change.', ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM agentdb.seal_chains();
     RETURN QUERY
     SELECT x.id, x.problem FROM (
-        SELECT (p ->> 'id')::bigint AS id, p ->> 'problem' AS problem FROM jsonb_array_elements(v_problems) AS p
+        SELECT o.id, o.problem FROM agentdb_private.chain_old_problems(v_table) AS o
         UNION ALL
-        SELECT (t.value ->> 'id')::bigint, 'anchor_missing'
-          FROM jsonb_each(coalesce(verify_chain.anchor -> verify_chain.chain, '{}')) AS t
-         WHERE NOT EXISTS (
-               SELECT 1 FROM jsonb_array_elements(v_anchored) AS r
-                WHERE (r ->> 'tenant') IS NOT DISTINCT FROM CASE WHEN strpos(t.key, ':') > 0
-                                                                 THEN substr(t.key, strpos(t.key, ':') + 1) END
-                  AND (r ->> 'stripe')::integer = split_part(t.key, ':', 1)::integer
-                  AND (r ->> 'seq')::bigint = (t.value ->> 'seq')::bigint
-                  AND (r ->> 'id')::bigint = (t.value ->> 'id')::bigint
-                  AND r ->> 'hash' = t.value ->> 'hash')
+        SELECT l.id, l.problem FROM agentdb_private.chain_links_problems(verify_chain.chain) AS l
+        UNION ALL
+        SELECT u.id, u.problem FROM agentdb_private.chain_unlinked(verify_chain.chain, v_table) AS u
+        UNION ALL
+        SELECT a.id, a.problem FROM agentdb_private.chain_anchor_problems(verify_chain.chain, v_table, verify_chain.anchor) AS a
+         WHERE verify_chain.anchor IS NOT NULL
     ) AS x
-    ORDER BY 1;
+    ORDER BY 1, 2;
 END
 $$;
 
 -- The first broken link of the audit chain (its id), or NULL when it holds.
 CREATE OR REPLACE FUNCTION agentdb.verify_audit_chain(anchor jsonb DEFAULT NULL)
 RETURNS bigint
-LANGUAGE sql STABLE
+LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT min(v.id) FROM agentdb.verify_chain('audit', verify_audit_chain.anchor) AS v $$;
@@ -226,7 +323,7 @@ AS $$ SELECT min(v.id) FROM agentdb.verify_chain('audit', verify_audit_chain.anc
 -- The same for the change log.
 CREATE OR REPLACE FUNCTION agentdb.verify_change_chain(anchor jsonb DEFAULT NULL)
 RETURNS bigint
-LANGUAGE sql STABLE
+LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT min(v.id) FROM agentdb.verify_chain('change', verify_change_chain.anchor) AS v $$;
@@ -263,27 +360,50 @@ BEGIN
           UNION ALL
           (SELECT DISTINCT ON (c.chain_stripe) c.chain_stripe::text, c.id, c.chain_seq, c.hash
              FROM agentdb_private.change_log AS c
-            WHERE p_chain = 'change' AND c.chain_tenant IS NULL
+            WHERE p_chain = 'change' AND c.chain_tenant IS NULL AND c.chain_seq IS NOT NULL
             ORDER BY c.chain_stripe, c.chain_seq DESC)
       ) AS x);
 END
 $$;
 
--- The current tail of every stripe of both chains, to keep outside the
--- database (a file, another system): {"audit": {"<stripe>:<tenant>": {"id",
--- "seq", "hash"}, ...}, "change": {...}, "at": ...}. Passed back to
--- verify_chain, it shows rows removed from the end, which no chain can show by
--- itself. One entry per stripe of each tenant: its size grows with the tenants.
+-- The last link of every tenant's chain sealed from 0015 on: {"<tenant>": {"id"
+-- (the row), "seq", "hash"}}.
+CREATE OR REPLACE FUNCTION agentdb_private.chain_link_tails(p_chain text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN (SELECT coalesce(jsonb_object_agg(t.user_id, jsonb_build_object('id', t.row_id, 'seq', t.seq,
+                                                                          'hash', encode(t.hash, 'hex'))), '{}')
+              FROM (SELECT DISTINCT ON (l.user_id) l.user_id, l.row_id, l.seq, l.hash
+                      FROM agentdb_private.chain_links AS l
+                     WHERE l.chain = p_chain
+                     ORDER BY l.user_id, l.seq DESC) AS t);
+END
+$$;
+
+-- The current tail of both chains, after sealing what has committed, to keep
+-- outside the database (a file, another system): {"audit_links": {"<tenant>":
+-- {"id", "seq", "hash"}, ...}, "change_links": {...}, "audit": {"<stripe>:<tenant>":
+-- ...}, "change": {...}, "at": ...} (audit and change: the stripes of rows
+-- chained before 0015). Passed back to verify_chain, it shows rows removed from
+-- the end, which no chain can show by itself. One entry per tenant (and per
+-- stripe of old rows): its size grows with the tenants.
 CREATE OR REPLACE FUNCTION agentdb.chain_anchor()
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT jsonb_build_object(
+BEGIN
+    PERFORM agentdb.seal_chains();
+    RETURN jsonb_build_object(
         'audit', agentdb_private.chain_tails_of('audit'),
         'change', agentdb_private.chain_tails_of('change'),
-        'at', clock_timestamp())
+        'audit_links', agentdb_private.chain_link_tails('audit'),
+        'change_links', agentdb_private.chain_link_tails('change'),
+        'at', clock_timestamp());
+END
 $$;
 
 GRANT EXECUTE ON FUNCTION
@@ -292,3 +412,4 @@ agentdb.verify_audit_chain(jsonb),
 agentdb.verify_change_chain(jsonb),
 agentdb.chain_anchor()
 TO agentdb_auditor;
+GRANT EXECUTE ON FUNCTION agentdb.seal_chains() TO agentdb_app;

@@ -38,7 +38,7 @@ WITH logged AS (
         c.seq,
         c.table_oid,
         count(*) AS changed_rows,
-        array_agg(DISTINCT c.op ORDER BY c.op) AS ops
+        array_agg(DISTINCT c.op::text ORDER BY c.op::text) AS ops
     FROM agentdb_private.change_log AS c
     WHERE c.task_id IS NOT NULL
     GROUP BY c.task_id, c.seq, c.table_oid
@@ -101,7 +101,7 @@ WITH logged AS (
         c.table_oid,
         min(c.table_name) AS changed_table,
         count(*) AS changed_rows,
-        array_agg(DISTINCT c.op ORDER BY c.op) AS ops,
+        array_agg(DISTINCT c.op::text ORDER BY c.op::text) AS ops,
         min(c.at) AS first_change_at
     FROM agentdb_private.change_log AS c
     WHERE c.task_id IS NOT NULL
