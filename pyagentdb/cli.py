@@ -215,6 +215,18 @@ def cmd_worker(args) -> int:
     return 0
 
 
+def cmd_seal(args) -> int:
+    """agentdb.seal_chains once: link every committed audit and change-log row (for cron)."""
+    target = _target(args)
+    with server.connect(target, autocommit=True) as conn:
+        sealed = conn.execute("SELECT agentdb.seal_chains()").fetchone()[0]
+    if args.json:
+        print(json.dumps(sealed))
+    elif not args.quiet:
+        print(f"sealed {sealed['audit']} audit row(s) and {sealed['change']} change-log row(s)")
+    return 0
+
+
 def cmd_tools(args) -> int:
     from . import schemas
 
@@ -484,6 +496,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poll", type=float, default=5.0, help="seconds between sweeps (default 5)")
     p.add_argument("--max-seconds", type=float, help="stop after this long")
     p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("seal", parents=[common],
+                       help="link every committed audit and change-log row into its hash chain, once "
+                            "(the worker does it every poll; for cron)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing (exit code only)")
+    p.set_defaults(func=cmd_seal)
 
     p = sub.add_parser("tools", parents=[common], help="tool definitions for LLM APIs, as JSON")
     p.add_argument("--format", choices=["openai", "openai-responses", "anthropic", "mcp"], default="openai",

@@ -30,7 +30,7 @@ TENANT = "user_id"
 ROOT = "agentdb_private.tasks"
 # Rows that belong to one user: distributed by user_id, co-located with the tasks.
 TENANT_TABLES = ("tasks", "steps", "audit", "claims", "replies", "drafts", "actions", "permissions",
-                 "approvers", "change_log", "chain_stripes")
+                 "approvers", "change_log", "chain_stripes", "chain_pending", "chain_links")
 # Tenant tables whose user column has another name (the stripes of each tenant's hash chains).
 TENANT_COLUMN = {"chain_stripes": "tenant"}
 # Small tables every call reads: one copy on every node.
@@ -38,7 +38,8 @@ REFERENCE_TABLES = ("tools", "messages", "claim_rules", "claim_langs", "fact_rul
                     "sql_functions")
 # Stay on the coordinator only (installer's bookkeeping, exam snapshots, the watch registry,
 # run_sql's per-backend scope).
-LOCAL_TABLES = ("install_log", "watched", "snapshots", "snapshot_tables", "snapshot_rows", "sql_scope")
+LOCAL_TABLES = ("install_log", "watched", "snapshots", "snapshot_tables", "snapshot_rows", "sql_scope",
+                "chain_sealer")
 
 
 # Sequences that calls delegated to a worker draw from outside any table (the number of a new

@@ -63,6 +63,7 @@ def check(conn: psycopg.Connection, fix: str = "pyagentdb install") -> dict:
         problems += _claim_pattern_problems(conn, report)
         _temp_privilege_warning(conn, report)
         problems += _stale_tool_problems(conn, report)
+        problems += _ledger_problems(conn, report)
         _client_check_warning(conn, report)
         if report.get("stale_running_tasks"):
             problems.append(
@@ -241,6 +242,46 @@ def _temp_privilege_warning(conn: psycopg.Connection, report: dict) -> None:
         f"REVOKE TEMPORARY ON DATABASE {db} FROM PUBLIC; then GRANT TEMPORARY ON DATABASE {db} TO "
         "each role that needs temporary tables"
     )
+
+
+SEAL_LAG_WARNING = 60  # seconds a committed ledger row may wait for its link before doctor warns
+
+
+def _ledger_problems(conn: psycopg.Connection, report: dict) -> list[str]:
+    """The sealer's lag (rows waiting for their chain link: a warning past a minute, since an
+    edit in that window is not evidence yet) and audit rows naming a step that does not exist
+    (the check a foreign key made before revision 0015)."""
+    readable = conn.execute(
+        "SELECT to_regclass('agentdb_private.chain_pending') IS NOT NULL"
+        " AND has_table_privilege('agentdb_private.chain_pending', 'SELECT')"
+        " AND has_table_privilege('agentdb_private.audit', 'SELECT')"
+        " AND has_table_privilege('agentdb_private.change_log', 'SELECT')"
+        " AND has_table_privilege('agentdb_private.steps', 'SELECT')").fetchone()[0]
+    if not readable:
+        return []
+    waiting, oldest = conn.execute("""
+        SELECT count(*), extract(epoch FROM clock_timestamp() - min(coalesce(a.at, c.at)))::int
+          FROM agentdb_private.chain_pending AS p
+          LEFT JOIN agentdb_private.audit AS a
+            ON p.chain = 'audit' AND a.user_id = p.user_id AND a.id = p.row_id
+          LEFT JOIN agentdb_private.change_log AS c
+            ON p.chain = 'change' AND c.user_id = p.user_id AND c.id = p.row_id""").fetchone()
+    report["unsealed_rows"] = waiting
+    report["oldest_unsealed_seconds"] = oldest
+    if waiting and oldest is not None and oldest > SEAL_LAG_WARNING:
+        report.setdefault("warnings", []).append(
+            f"{waiting} audit and change-log row(s) wait for their hash-chain link, the oldest for "
+            f"{oldest} s: is `pyagentdb worker` running? Or schedule `pyagentdb seal` "
+            "(SELECT agentdb.seal_chains()) every few seconds")
+    dangling = conn.execute("""
+        SELECT count(*) FROM agentdb_private.audit AS a
+         WHERE a.step_id IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM agentdb_private.steps AS s
+                            WHERE s.user_id = a.user_id AND s.id = a.step_id)""").fetchone()[0]
+    if dangling:
+        return [f"{dangling} audit row(s) name a step that does not exist: the evidence was edited "
+                "around agentdb (see SELECT * FROM agentdb.verify_chain('audit'))"]
+    return []
 
 
 def _stale_tool_problems(conn: psycopg.Connection, report: dict) -> list[str]:

@@ -4,8 +4,10 @@ Each job is one call of agentdb.run_next_action(), which takes an approved
 action with FOR UPDATE SKIP LOCKED and runs it through the guarded write in
 the same transaction: several workers share the queue, a worker killed
 mid-job leaves its action approved for the next one, and an action is never
-run twice. The worker sleeps on LISTEN agentdb_actions (approve() notifies)
-and sweeps expired drafts and actions every poll interval.
+run twice. The worker sleeps on LISTEN agentdb_actions (approve() notifies),
+and every poll interval sweeps expired drafts and actions and seals the
+hash chains (agentdb.seal_chains: audit and change-log rows committed since
+get their links; docs/ledger.md).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def run_worker(
         while True:
             conn.execute("SELECT agentdb.sweep_drafts()")
             total += run_pending(conn, report)
+            conn.execute("SELECT agentdb.seal_chains()")
             if once or (deadline is not None and time.monotonic() >= deadline):
                 return total
             wait = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))

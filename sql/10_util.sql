@@ -96,6 +96,22 @@ AS $$
     END
 $$;
 
+-- Is the table distributed by Citus? False on a server without Citus.
+CREATE OR REPLACE FUNCTION agentdb_private.is_distributed(p_table regclass)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_found boolean;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1)'
+           INTO v_found USING p_table;
+    END IF;
+    RETURN coalesce(v_found, false);
+END
+$$;
+
 -- True on a Citus worker node (a call delegated there by the coordinator);
 -- false on the coordinator and on a server without Citus.
 CREATE OR REPLACE FUNCTION agentdb_private.on_citus_worker()

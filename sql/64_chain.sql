@@ -66,31 +66,35 @@ DROP FUNCTION IF EXISTS agentdb_private.chain_claim(text, text);
 -- Link every committed pending row of one chain ('audit' or 'change'): each
 -- tenant's rows in row order after that tenant's last link. A note whose row
 -- is gone (deleted before it was sealed) still gets its link, over empty
--- content: verify_chain reports the row as missing. Returns the rows linked.
+-- content: verify_chain reports the row as missing. p_user: only that
+-- tenant's rows, every table read by user_id (on Citus: one shard, a router
+-- query); NULL: every tenant in one statement. Returns the rows linked.
 -- Callers hold chain_sealer's row (one sealer at a time) and pin TimeZone.
-CREATE OR REPLACE FUNCTION agentdb_private.seal_chain(p_chain text)
+DROP FUNCTION IF EXISTS agentdb_private.seal_chain(text);
+CREATE OR REPLACE FUNCTION agentdb_private.seal_chain(p_chain text, p_user text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_linked bigint;
+    v_mine text := CASE WHEN p_user IS NOT NULL THEN ' AND %s.user_id = $2' ELSE '' END;
 BEGIN
     EXECUTE format($q$
         WITH notes AS (
-            DELETE FROM agentdb_private.chain_pending AS p WHERE p.chain = $1 RETURNING p.user_id, p.row_id
+            DELETE FROM agentdb_private.chain_pending AS p WHERE p.chain = $1 %1$s RETURNING p.user_id, p.row_id
         ),
         fresh AS (
             SELECT n.user_id, n.row_id,
                    row_number() OVER (PARTITION BY n.user_id ORDER BY n.row_id) AS n,
                    coalesce(agentdb_private.chain_content(to_jsonb(r.*)), '\x'::bytea) AS content
               FROM (SELECT DISTINCT x.user_id, x.row_id FROM notes AS x) AS n
-              LEFT JOIN %s AS r ON r.user_id = n.user_id AND r.id = n.row_id
+              LEFT JOIN %4$s AS r ON r.user_id = n.user_id AND r.id = n.row_id %2$s
         ),
         tails AS (
             SELECT u.user_id, coalesce(t.seq, 0) AS seq, coalesce(t.hash, agentdb_private.chain_genesis()) AS hash
               FROM (SELECT DISTINCT f.user_id FROM fresh AS f) AS u
               LEFT JOIN LATERAL (SELECT l.seq, l.hash FROM agentdb_private.chain_links AS l
-                                  WHERE l.user_id = u.user_id AND l.chain = $1
+                                  WHERE l.user_id = u.user_id AND l.chain = $1 %3$s
                                   ORDER BY l.seq DESC LIMIT 1) AS t ON true
         ),
         linked AS (
@@ -104,8 +108,9 @@ BEGIN
         SELECT l.user_id, $1, t.seq + l.n, l.row_id, l.h
           FROM linked AS l JOIN tails AS t ON t.user_id = l.user_id
          WHERE l.n > 0
-    $q$, CASE p_chain WHEN 'audit' THEN 'agentdb_private.audit' ELSE 'agentdb_private.change_log' END)
-    USING p_chain;
+    $q$, format(v_mine, 'p'), format(v_mine, 'r'), format(v_mine, 'l'),
+       CASE p_chain WHEN 'audit' THEN 'agentdb_private.audit' ELSE 'agentdb_private.change_log' END)
+    USING p_chain, p_user;
     GET DIAGNOSTICS v_linked = ROW_COUNT;
     RETURN v_linked;
 END
@@ -117,7 +122,8 @@ $$;
 -- One sealer at a time: a second waits for the first, then finds nothing left
 -- or what committed meanwhile. Outside READ COMMITTED, or in a read-only
 -- transaction, nothing is sealed (NULL counts): an older snapshot would miss
--- notes another sealer took. Returns {"audit": n, "change": n}.
+-- notes another sealer took. On Citus each tenant with notes is sealed by its
+-- own statements (each on its shard). Returns {"audit": n, "change": n}.
 CREATE OR REPLACE FUNCTION agentdb.seal_chains()
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -126,16 +132,24 @@ SET search_path = pg_catalog, pg_temp
 SET timezone = 'UTC'
 AS $$
 DECLARE
-    v_audit bigint;
-    v_change bigint;
+    v_audit bigint := 0;
+    v_change bigint := 0;
+    v_user text;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed'
             OR current_setting('transaction_read_only') = 'on' THEN
         RETURN jsonb_build_object('audit', NULL, 'change', NULL);
     END IF;
     PERFORM 1 FROM agentdb_private.chain_sealer AS s WHERE s.id = 1 FOR UPDATE;
-    v_audit := agentdb_private.seal_chain('audit');
-    v_change := agentdb_private.seal_chain('change');
+    IF agentdb_private.is_distributed('agentdb_private.chain_pending') THEN
+        FOR v_user IN SELECT DISTINCT p.user_id FROM agentdb_private.chain_pending AS p LOOP
+            v_audit := v_audit + agentdb_private.seal_chain('audit', v_user);
+            v_change := v_change + agentdb_private.seal_chain('change', v_user);
+        END LOOP;
+    ELSE
+        v_audit := agentdb_private.seal_chain('audit');
+        v_change := agentdb_private.seal_chain('change');
+    END IF;
     UPDATE agentdb_private.chain_sealer AS s
        SET sealed_at = clock_timestamp(), sealed_rows = s.sealed_rows + v_audit + v_change
      WHERE s.id = 1;

@@ -217,3 +217,36 @@ def test_progress_shows_only_for_long_work():
     assert quick.getvalue() == "" and quiet.getvalue() == ""
     lines = slow.getvalue().splitlines()
     assert lines[0] == "slow ..." and lines[-1].startswith("slow: done in ")
+
+
+def test_seal_links_the_ledger_and_doctor_reports_the_wait(reminders, dsn, capsys):
+    """`pyagentdb seal` is the sealer once (for cron); doctor says what waits for it, warns when
+    the oldest row has waited over a minute, and names audit rows whose step is gone."""
+    task = reminders.execute("SELECT agentdb.begin_task('u1', 'c', authenticated => true)").fetchone()[0]
+    reminders.execute("SELECT agentdb.invoke(%s, 'add_reminder', %s::jsonb)",
+                      (task, json.dumps({"content": "seal me", "remind_at": "2035-01-01 08:00+00"})))
+    assert cli.main(["doctor", "--dsn", dsn, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["unsealed_rows"] == 2  # one audit row, one change row
+    assert not any("hash-chain link" in w for w in report["warnings"])
+    # A row that waited longer than a minute (its time moved back, as an old row's would be).
+    with reminders.transaction():
+        reminders.execute("SET LOCAL session_replication_role = replica")
+        reminders.execute("UPDATE agentdb_private.audit SET at = at - interval '5 minutes'")
+    assert cli.main(["doctor", "--dsn", dsn, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["oldest_unsealed_seconds"] >= 300
+    assert any("pyagentdb seal" in w for w in report["warnings"]), report["warnings"]
+    assert cli.main(["seal", "--dsn", dsn, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"audit": 1, "change": 1}
+    assert cli.main(["seal", "--dsn", dsn]) == 0
+    assert capsys.readouterr().out.strip() == "sealed 0 audit row(s) and 0 change-log row(s)"
+    assert cli.main(["seal", "--dsn", dsn, "--quiet"]) == 0
+    assert capsys.readouterr().out == ""
+    # An audit row naming a step that does not exist: a problem (exit 1).
+    with reminders.transaction():
+        reminders.execute("SET LOCAL session_replication_role = replica")
+        reminders.execute("DELETE FROM agentdb_private.steps")
+    assert cli.main(["doctor", "--dsn", dsn, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert any("name a step that does not exist" in p for p in report["problems"]), report["problems"]

@@ -25,9 +25,13 @@ depends_on = None
 # re-creates its own functions but knows nothing of these).
 ADDED_FUNCTIONS = (
     "agentdb.seal_chains()",
-    "agentdb_private.seal_chain(text)",
-    "agentdb_private.pend(text, text, bigint)",
+    "agentdb_private.seal_chain(text, text)",
     "agentdb_private.chain_links_problems(text)",
+    "agentdb_private.chain_old_problems(text)",
+    "agentdb_private.chain_unlinked(text, text)",
+    "agentdb_private.chain_anchor_problems(text, text, jsonb)",
+    "agentdb_private.chain_link_tails(text)",
+    "agentdb_private.is_distributed(regclass)",
 )
 
 COLUMNS = (

@@ -77,10 +77,15 @@ def reconcile(conn: psycopg.Connection, *, reap: bool = True, allow_direct: bool
     """Check the invariants above on the database behind `conn` (an owner connection in
     autocommit). reap=True first settles every task still running (agentdb.reap_tasks with a zero
     age, as the reaper would once they are old enough). allow_direct=True accepts logged changes
-    made outside a step (e.g. test setup by the owner). Never changes anything else."""
+    made outside a step (e.g. test setup by the owner). First, as the worker does every poll,
+    it seals the hash chains (agentdb.seal_chains: the evidence committed so far gets its links;
+    the check below runs in REPEATABLE READ, where sealing would not run). Never changes anything
+    else."""
     out = Reconciliation()
     if reap:
         conn.execute("SELECT agentdb.reap_tasks('0 seconds')")
+    if conn.execute("SELECT to_regprocedure('agentdb.seal_chains()') IS NOT NULL").fetchone()[0]:
+        conn.execute("SELECT agentdb.seal_chains()")
 
     def problem(kind: str, found: list) -> None:
         if found:

@@ -28,7 +28,7 @@ TENANT_TABLES = {"tasks", "steps", "audit", "claims", "replies", "drafts", "acti
 # a Citus job) rather than delegated to one.
 FLEET_WIDE = {"reap_tasks", "run_next_action", "sweep_drafts", "verify_chain", "verify_audit_chain",
               "verify_change_chain", "chain_anchor", "snapshot", "diff", "forget_snapshot",
-              "detect_claims", "claim_patterns_fingerprint", "read_reply", "sql_function_list"}
+              "detect_claims", "claim_patterns_fingerprint", "read_reply", "sql_function_list", "seal_chains"}
 ROUTING_ARGS = {"task", "user_id", "action"}
 
 
