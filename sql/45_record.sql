@@ -77,7 +77,9 @@ END
 $$;
 
 -- The receipt of one call, from its result (built once; record_step stores it).
--- One expression, no query: the label and the verdict are spelled out where used.
+-- The label and the verdict are spelled out where used; what only refusals
+-- carry (a sentence made here, the field named, the row found) is added only
+-- when the result has it, so a success builds one object.
 CREATE OR REPLACE FUNCTION agentdb_private.receipt(
     p_task agentdb_private.tasks, p_seq integer, p_tool_name text, p_tool agentdb_private.tools, p_call_id text,
     p_result jsonb
@@ -86,16 +88,14 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_label text := coalesce(CASE WHEN p_task.lang = 'en' THEN p_tool.label_en ELSE p_tool.label_zh END,
-                             CASE WHEN p_task.lang = 'en' THEN 'this action' ELSE '这个操作' END);
-BEGIN
-    RETURN jsonb_build_object(
+    v_receipt jsonb := jsonb_build_object(
         'task_id', p_task.id,
         'seq', p_seq,
         'call_id', p_call_id,
         'tool', p_tool_name,
         'action', p_tool.action,
-        'label', v_label,
+        'label', coalesce(CASE WHEN p_task.lang = 'en' THEN p_tool.label_en ELSE p_tool.label_zh END,
+                          CASE WHEN p_task.lang = 'en' THEN 'this action' ELSE '这个操作' END),
         'outcome', p_result ->> 'outcome',
         'refusal', p_result -> 'refusal',
         'verified', p_result ->> 'outcome' = 'success' AND coalesce((p_result ->> 'verified')::boolean, false),
@@ -105,17 +105,22 @@ BEGIN
         'key', p_result -> 'key',
         'row', p_result -> 'row',
         -- A compiled tool's success carries its sentence, made at compile time.
-        'detail', coalesce(p_result ->> 'detail',
-                           agentdb_private.detail_text(p_result, v_label, coalesce(p_task.lang, 'zh'), p_tool.target))
-    ) || CASE WHEN p_result ?| ARRAY['field', 'existing', 'conflict', 'mismatched', 'expected_rows', 'matched_rows']
-              THEN jsonb_strip_nulls(jsonb_build_object(
-                  'field', p_result -> 'field',
-                  'existing', p_result -> 'existing',
-                  'conflict', p_result -> 'conflict',
-                  'mismatched', p_result -> 'mismatched',
-                  'expected_rows', p_result -> 'expected_rows',
-                  'matched_rows', p_result -> 'matched_rows'))
-              ELSE '{}' END;
+        'detail', p_result ->> 'detail');
+BEGIN
+    IF v_receipt ->> 'detail' IS NULL THEN
+        v_receipt := v_receipt || jsonb_build_object('detail', agentdb_private.detail_text(
+            p_result, v_receipt ->> 'label', coalesce(p_task.lang, 'zh'), p_tool.target));
+    END IF;
+    IF p_result ?| ARRAY['field', 'existing', 'conflict', 'mismatched', 'expected_rows', 'matched_rows'] THEN
+        v_receipt := v_receipt || jsonb_strip_nulls(jsonb_build_object(
+            'field', p_result -> 'field',
+            'existing', p_result -> 'existing',
+            'conflict', p_result -> 'conflict',
+            'mismatched', p_result -> 'mismatched',
+            'expected_rows', p_result -> 'expected_rows',
+            'matched_rows', p_result -> 'matched_rows'));
+    END IF;
+    RETURN v_receipt;
 END
 $$;
 
@@ -207,15 +212,6 @@ DROP FUNCTION IF EXISTS agentdb_private.record_refusal(
 );
 DROP FUNCTION IF EXISTS agentdb_private.refuse_isolation(uuid, text, jsonb, text);
 
--- The first receipt of a call_id in a task (marked replayed), or NULL.
+-- The replay lookup is part of step_open's statement (sql/50_invoke_api.sql).
 DROP FUNCTION IF EXISTS agentdb_private.prior_receipt(uuid, text);
-CREATE OR REPLACE FUNCTION agentdb_private.prior_receipt(p_user text, p_task uuid, p_call_id text)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    RETURN (SELECT jsonb_build_object('step_id', s.id) || s.receipt || '{"replayed": true}'
-              FROM agentdb_private.steps AS s
-             WHERE s.user_id = p_user AND s.task_id = p_task AND s.call_id = p_call_id);
-END
-$$;
+DROP FUNCTION IF EXISTS agentdb_private.prior_receipt(text, uuid, text);

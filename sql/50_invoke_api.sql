@@ -6,19 +6,10 @@
 -- (sql/45_record.sql) writes the step and audit rows. Each rule lives in one
 -- of them.
 
--- The next step number of a task (callers hold the task row lock, so seq
--- stays continuous under concurrent calls). Every statement on a tenant table
--- names the user too (revision 0014): on Citus that routes it to one shard.
+-- The step number is read by step_open's statement (callers hold the task row
+-- lock, so seq stays continuous under concurrent calls).
 DROP FUNCTION IF EXISTS agentdb_private.next_seq(uuid);
-CREATE OR REPLACE FUNCTION agentdb_private.next_seq(p_user text, p_task uuid)
-RETURNS integer
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    RETURN (SELECT coalesce(max(s.seq), 0) + 1 FROM agentdb_private.steps AS s
-             WHERE s.user_id = p_user AND s.task_id = p_task);
-END
-$$;
+DROP FUNCTION IF EXISTS agentdb_private.next_seq(text, uuid);
 
 -- The checks every entry point makes before touching a target: task known,
 -- tool named and registered, task open, user logged in, permission held.
@@ -64,14 +55,21 @@ $$;
 --   * p_user: the user the call is made for (the tenant-first entry points);
 --     a task of another user reads as unknown and is audited under p_user.
 --     NULL: the task-only entry points, which find the task by its id.
+--   * p_tool (optional): the tool the call names, read in the statement that
+--     reads the replay and the step number, with what gate_clear asks of it:
+--     whether the user holds the permission it needs (permitted) and whether
+--     DDL is watched (watched: agentdb_private.ddl_watched).
 DROP FUNCTION IF EXISTS agentdb_private.step_open(uuid, text, boolean);
+DROP FUNCTION IF EXISTS agentdb_private.step_open(text, uuid, text, boolean);
 CREATE OR REPLACE FUNCTION agentdb_private.step_open(
-    p_user text, p_task uuid, p_call_id text, p_confirmed boolean,
+    p_user text, p_task uuid, p_call_id text, p_confirmed boolean, p_tool text DEFAULT NULL,
     OUT task agentdb_private.tasks, OUT seq integer, OUT call_id text, OUT started timestamptz,
-    OUT prior jsonb, OUT refusal jsonb
+    OUT prior jsonb, OUT refusal jsonb, OUT tool agentdb_private.tools, OUT permitted boolean, OUT watched boolean
 )
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    r record;
 BEGIN
     started := clock_timestamp();
     call_id := CASE WHEN length(p_call_id) <= 200 AND (p_confirmed OR p_call_id !~ '^(draft|action):') THEN p_call_id END;
@@ -80,8 +78,10 @@ BEGIN
         refusal := agentdb_private.not_done('refused', 'isolation_level',
             format('agentdb calls run in READ COMMITTED; this transaction is %s',
                    upper(current_setting('transaction_isolation'))));
+    ELSIF p_user IS NULL THEN
+        SELECT * INTO task FROM agentdb_private.tasks AS t WHERE t.id = p_task FOR UPDATE;
     ELSE
-        task := agentdb_private.task_row(p_user, p_task, true);
+        SELECT * INTO task FROM agentdb_private.tasks AS t WHERE t.user_id = p_user AND t.id = p_task FOR UPDATE;
     END IF;
     IF task.id IS NULL THEN
         task.id := p_task;
@@ -89,10 +89,29 @@ BEGIN
         refusal := coalesce(refusal, agentdb_private.not_done('refused', 'unknown_task', format('no task %s', p_task)));
         RETURN;
     END IF;
-    IF refusal IS NULL THEN
-        prior := agentdb_private.prior_receipt(task.user_id, task.id, call_id);
-    END IF;
-    seq := agentdb_private.next_seq(task.user_id, task.id);
+    SELECT tl AS tool,
+           CASE WHEN refusal IS NULL THEN (
+               SELECT jsonb_build_object('step_id', s.id) || s.receipt || '{"replayed": true}'
+                 FROM agentdb_private.steps AS s
+                WHERE s.user_id = task.user_id AND s.task_id = task.id AND s.call_id = step_open.call_id) END AS prior,
+           (SELECT coalesce(max(s.seq), 0) + 1 FROM agentdb_private.steps AS s
+             WHERE s.user_id = task.user_id AND s.task_id = task.id) AS seq,
+           tl.name IS NOT NULL AND EXISTS (
+               SELECT 1 FROM agentdb_private.permissions AS p
+                WHERE p.user_id = task.user_id
+                  AND p.permission = CASE WHEN tl.action = 'delete' THEN 'DELETE' ELSE 'WRITE' END
+                  AND (p.tool = tl.name OR p.target = tl.target OR (p.tool IS NULL AND p.target IS NULL))) AS permitted,
+           EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger AS e
+                    WHERE e.evtname = 'agentdb_ddl' AND e.evtenabled <> 'D')
+           OR agentdb_private.on_citus_worker() AS watched
+      INTO r
+      FROM (SELECT 1) AS one
+      LEFT JOIN agentdb_private.tools AS tl ON tl.name = p_tool;
+    tool := r.tool;
+    prior := r.prior;
+    seq := r.seq;
+    permitted := r.permitted;
+    watched := r.watched;
 END
 $$;
 
@@ -103,7 +122,30 @@ CREATE OR REPLACE FUNCTION agentdb_private.step_open(
     OUT prior jsonb, OUT refusal jsonb
 )
 LANGUAGE sql
-AS $$ SELECT * FROM agentdb_private.step_open(NULL::text, p_task, p_call_id, p_confirmed) $$;
+AS $$
+    SELECT s.task, s.seq, s.call_id, s.started, s.prior, s.refusal
+      FROM agentdb_private.step_open(NULL::text, p_task, p_call_id, p_confirmed) AS s
+$$;
+
+-- Is the call clear to run, by what step_open read (one small expression, SQL:
+-- inlined into the caller's)? true only when step_gate would find nothing to
+-- refuse; anything else (NULL included) goes through step_gate, which says why.
+-- A tool is clear only while DDL is watched: otherwise step_gate compares its
+-- signature.
+CREATE OR REPLACE FUNCTION agentdb_private.gate_clear(
+    p_task agentdb_private.tasks, p_tool agentdb_private.tools, p_call_id text, p_confirmed boolean,
+    p_permitted boolean, p_watched boolean
+)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT p_task.status = 'running' AND p_task.closed_at IS NULL AND p_task.authenticated
+       AND p_tool.name IS NOT NULL AND p_permitted AND p_watched
+       AND p_tool.stale_reason IS NULL AND p_tool.compiled_sig IS NOT NULL
+       AND coalesce(length(p_call_id) <= 200, true)
+       AND (p_confirmed OR (coalesce(p_call_id !~ '^(draft|action):', true)
+                            AND NOT p_tool.needs_confirm AND p_tool.risk <> 'irreversible'))
+$$;
 
 -- May this call run? The gate checks, then the call_id rules, then whether
 -- the tool needs the user's confirmation (p_confirmed: it has it), then
@@ -184,14 +226,18 @@ DECLARE
     v_tool agentdb_private.tools;
     v_result jsonb;
 BEGIN
-    s := agentdb_private.step_open(p_user, p_task, p_call_id, p_confirmed);
+    s := agentdb_private.step_open(p_user, p_task, p_call_id, p_confirmed,
+                                   CASE WHEN coalesce(trim(p_tool), '') <> '' THEN p_tool END);
     IF s.prior IS NOT NULL THEN
         RETURN s.prior;
     END IF;
-    IF coalesce(trim(p_tool), '') <> '' THEN
-        SELECT * INTO v_tool FROM agentdb_private.tools AS t WHERE t.name = p_tool;
+    v_tool := s.tool;
+    IF s.refusal IS NULL
+       AND agentdb_private.gate_clear(s.task, v_tool, p_call_id, p_confirmed, s.permitted, s.watched) THEN
+        v_result := NULL;
+    ELSE
+        v_result := coalesce(s.refusal, agentdb_private.step_gate(s.task, p_tool, v_tool, p_call_id, p_confirmed));
     END IF;
-    v_result := coalesce(s.refusal, agentdb_private.step_gate(s.task, p_tool, v_tool, p_call_id, p_confirmed));
     IF v_result IS NULL THEN
         v_result := agentdb_private.step_run(v_tool, s.task, p_args, p_expect_rows, p_expected_version,
                                              (s.task).id::text || ':' || s.seq, false);

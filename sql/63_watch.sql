@@ -105,22 +105,34 @@ $$;
 
 -- A compiled tool's own written row (sql/42_compile.sql), logged by the tool
 -- rather than by its statement's trigger, rendered with the same fixed
--- settings as watch_log. p_call is the step's marker (task:seq).
+-- settings as watch_log (DateStyle aside: jsonb renders dates in ISO always),
+-- with its note for the sealer. p_call is the step's marker (task:seq).
 CREATE OR REPLACE FUNCTION agentdb_private.log_step_row(
     p_oid oid, p_name text, p_owner text, p_keys text[], p_op text, p_call text, p_row anyelement
 )
 RETURNS void
 LANGUAGE plpgsql
 SET timezone = 'UTC'
-SET datestyle = 'ISO, YMD'
 SET intervalstyle = 'postgres'
 SET extra_float_digits = 1
 SET bytea_output = 'hex'
 AS $$
+DECLARE
+    v_row jsonb := to_jsonb(p_row);
+    v_tenant text := coalesce(v_row ->> nullif(p_owner, ''), '');
 BEGIN
-    PERFORM agentdb_private.log_change(p_oid, p_name, p_owner, p_keys, p_op,
-        CASE WHEN p_op = 'DELETE' THEN to_jsonb(p_row) END, CASE WHEN p_op <> 'DELETE' THEN to_jsonb(p_row) END,
-        split_part(p_call, ':', 1)::uuid, split_part(p_call, ':', 2)::integer);
+    INSERT INTO agentdb_private.change_log AS c (
+        table_oid, table_name, op, key, old_row, new_row, txid, task_id, seq, db_role, at, user_id
+    ) VALUES (
+        p_oid, p_name, p_op,
+        CASE WHEN cardinality(p_keys) = 1 THEN jsonb_build_object(p_keys[1], v_row -> p_keys[1])
+             ELSE (SELECT jsonb_object_agg(k, v_row -> k) FROM unnest(p_keys) AS k) END,
+        CASE WHEN p_op = 'DELETE' THEN v_row END, CASE WHEN p_op <> 'DELETE' THEN v_row END,
+        pg_current_xact_id(), split_part(p_call, ':', 1)::uuid, split_part(p_call, ':', 2)::integer,
+        session_user, clock_timestamp(), v_tenant
+    );
+    INSERT INTO agentdb_private.chain_pending (user_id, chain, row_id)
+    VALUES (v_tenant, 'change', currval('agentdb_private.change_log_id_seq'::regclass));
 END
 $$;
 

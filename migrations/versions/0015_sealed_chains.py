@@ -32,6 +32,8 @@ ADDED_FUNCTIONS = (
     "agentdb_private.chain_anchor_problems(text, text, jsonb)",
     "agentdb_private.chain_link_tails(text)",
     "agentdb_private.is_distributed(regclass)",
+    "agentdb_private.gate_clear(agentdb_private.tasks, agentdb_private.tools, text, boolean, boolean, boolean)",
+    "agentdb_private.step_open(text, uuid, text, boolean, text)",
 )
 
 COLUMNS = (
