@@ -25,7 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -56,6 +58,11 @@ def prepare(dsn: str, per_way: int) -> None:
         fingerprint = conn.execute(
             "SELECT agentdb.claim_patterns_fingerprint(%s::jsonb)", (resources.claim_patterns_text(),)
         ).fetchone()[0]
+        # The replies say "tomorrow at 8am": the reminders are written then, in the users' zone
+        # (a fixed date made every verified task's reply a wrong fact, replaced, after that day).
+        zone = ZoneInfo("Asia/Shanghai")
+        tomorrow = datetime.now(zone).date() + timedelta(days=1)
+        at_eight = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 8, tzinfo=zone).isoformat()
         for way in WAYS:
             for i in range(per_way):
                 lang = "zh" if i % 2 else "en"
@@ -65,7 +72,7 @@ def prepare(dsn: str, per_way: int) -> None:
                     (i, lang),
                 ).fetchone()[0]
                 if i % 4 != 3:
-                    args = {"content": f"{way} {i} {time.time()}", "remind_at": "2026-12-02 08:00+08"}
+                    args = {"content": f"{way} {i} {time.time()}", "remind_at": at_eight}
                     conn.execute("SELECT agentdb.invoke(%s, 'add_reminder', %s)", (task, Jsonb(args)))
                 if way == "declared":
                     arg = Jsonb([{"kind": "create"}])

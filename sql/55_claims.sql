@@ -112,22 +112,6 @@ AS $$
       FROM unnest(ARRAY['troubled', 'empty_action']) AS st (state)
 $$;
 
--- Each claim pattern of a document with its language, kind, place and guard:
--- its "any" strings as LIKE patterns, one a line (NULL: it has none).
-CREATE OR REPLACE FUNCTION agentdb_private.claim_parts(p_doc jsonb)
-RETURNS TABLE (lang text, kind text, n bigint, guard text, re text)
-LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT l.key, c.c ->> 'kind', c.n,
-           CASE WHEN c.c ? 'any' THEN
-               (SELECT string_agg(agentdb_private.holding(w.w), E'\n' ORDER BY w.wn)
-                  FROM jsonb_array_elements_text(c.c -> 'any') WITH ORDINALITY AS w (w, wn)) END,
-           c.c ->> 'pattern'
-      FROM jsonb_each(p_doc -> 'languages') AS l
-     CROSS JOIN LATERAL jsonb_array_elements(l.value -> 'claims') WITH ORDINALITY AS c (c, n)
-$$;
-
 -- Phases of load_claim_patterns. 1: why a document's languages, their
 -- claims, exclusions and labels cannot be read, or NULL.
 CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_problem_languages(p_doc jsonb)
@@ -216,6 +200,8 @@ AS $$
                  || 'replacements use only \1 to \9'
         WHEN p_doc ? 'done_marks' AND NOT agentdb_private.is_string_list(p_doc -> 'done_marks')
             THEN 'done_marks must be a list of non-empty strings'
+        WHEN p_doc ? 'governs' AND NOT agentdb_private.is_string_list(p_doc -> 'governs')
+            THEN 'governs must be a list of label names'
         WHEN EXISTS (SELECT 1 FROM jsonb_each(CASE WHEN jsonb_typeof(p_doc -> 'needs') = 'object'
                                                    THEN p_doc -> 'needs' ELSE '{}' END) AS n,
                                    jsonb_array_elements_text(n.value) AS x
@@ -418,6 +404,26 @@ BEGIN
 END
 $$;
 
+-- Per language, the one alternation of the labels that govern a statement
+-- that something is done (agentdb_private.clause_says_done): the document's
+-- "governs" list, or nothing_done, ack, attempt, offer, condition, future,
+-- draft and question; those the language has, in that order. Built when the
+-- patterns are loaded, not on every clause.
+CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_governs(p_doc jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT jsonb_object_agg(l.key, (
+               SELECT string_agg('(?:' || (l.value -> 'labels' ->> g.g) || ')', '|' ORDER BY g.n)
+                 FROM jsonb_array_elements_text(coalesce(
+                          p_doc -> 'governs',
+                          '["nothing_done", "ack", "attempt", "offer", "condition", "future", "draft", "question"]'))
+                      WITH ORDINALITY AS g (g, n)
+                WHERE l.value -> 'labels' ? g.g))
+      FROM jsonb_each(p_doc -> 'languages') AS l
+$$;
+
 -- 6: the compiled document as constant functions the gate reads on every
 -- reply (no table read per call).
 CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_publish(p_doc jsonb)
@@ -434,6 +440,7 @@ BEGIN
         format('SELECT %L::jsonb', jsonb_strip_nulls(jsonb_build_object(
             'normalise', p_doc -> 'normalise', 'accept', p_doc -> 'accept', 'needs', p_doc -> 'needs',
             'classes', p_doc -> 'classes', 'facts', p_doc -> 'facts', 'done_marks', p_doc -> 'done_marks',
+            'governs', agentdb_private.claim_doc_governs(p_doc),
             'fingerprint', encode(sha256(convert_to(p_doc::text, 'UTF8')), 'hex')))));
 
     -- And as a constant that detect_claims' cached plans hold (the function is
@@ -445,40 +452,6 @@ BEGIN
         'RETURNS agentdb_private.claim_langs [] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
         format('SELECT %L::agentdb_private.claim_langs []',
                ARRAY(SELECT l FROM agentdb_private.claim_langs AS l ORDER BY l.lang COLLATE "C")));
-    -- Per language and kind whose patterns are large, the parts
-    -- detect_claims_in searches one by one
-    -- (agentdb_private.kind_candidates): the alternation of the kind's
-    -- patterns without "any" (no guard), then each pattern with one (its
-    -- strings as LIKE patterns, one a line), as a flat array of guard, regex.
-    EXECUTE format(
-        'CREATE OR REPLACE FUNCTION agentdb_private.claim_alts_compiled(p_lang text, p_kind text) '
-        'RETURNS text [] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
-        'SELECT CASE p_lang || '':'' || p_kind '
-        || coalesce((
-            SELECT string_agg(format('WHEN %L THEN %L::text []', a.key, a.parts), ' ' ORDER BY a.key)
-              FROM (SELECT x.lang || ':' || x.kind AS key, array_agg(v.part ORDER BY x.n, v.o) AS parts
-                      FROM (SELECT p.lang, p.kind, 0 AS n, NULL::text AS guard,
-                                   string_agg('(?:' || p.re || ')', '|' ORDER BY p.n) AS re
-                              FROM agentdb_private.claim_parts(p_doc) AS p WHERE p.guard IS NULL
-                             GROUP BY p.lang, p.kind
-                            UNION ALL
-                            SELECT p.lang, p.kind, p.n, p.guard, p.re
-                              FROM agentdb_private.claim_parts(p_doc) AS p WHERE p.guard IS NOT NULL) AS x
-                     CROSS JOIN LATERAL (VALUES (1, x.guard), (2, x.re)) AS v (o, part)
-                     -- Only a large alternation is split: a small one costs little as
-                     -- it is, and one regex instead of several keeps the regexes a
-                     -- reply needs within PostgreSQL's cache of 32 per session. With
-                     -- the recognisers of 2026-12-01 even splitting en create alone
-                     -- (4,068 characters) overflowed that cache: 26.5 M instructions
-                     -- per detected finalize_reply against 11.6 M unsplit
-                     -- (bench/finalize_instructions.py), so no kind of today's
-                     -- document is large enough.
-                     WHERE (x.lang, x.kind) IN (SELECT p.lang, p.kind FROM agentdb_private.claim_parts(p_doc) AS p
-                                                 GROUP BY p.lang, p.kind HAVING sum(char_length(p.re)) > 8000)
-                     GROUP BY x.lang, x.kind) AS a),
-                    -- no large kind (a small document): a CASE needs one WHEN
-                    'WHEN NULL THEN NULL::text []')
-        || ' END');
     -- The facts rules too, languages in byte order, rules in document order.
     EXECUTE format(
         'CREATE OR REPLACE FUNCTION agentdb_private.fact_rules_compiled() '
@@ -533,18 +506,6 @@ BEGIN
         RETURNS agentdb_private.fact_rules []
         LANGUAGE sql IMMUTABLE PARALLEL SAFE
         AS $body$ SELECT '{}'::agentdb_private.fact_rules [] $body$;
-    END IF;
-END
-$placeholder$;
-
-DO $placeholder$
-BEGIN
-    IF to_regprocedure('agentdb_private.claim_alts_compiled(text, text)') IS NULL THEN
-        -- NULL for every kind: detect_claims_in then searches the kind's whole alternation.
-        CREATE FUNCTION agentdb_private.claim_alts_compiled(p_lang text, p_kind text)
-        RETURNS text []
-        LANGUAGE sql IMMUTABLE PARALLEL SAFE
-        AS $body$ SELECT NULL::text [] $body$;
     END IF;
 END
 $placeholder$;
@@ -624,6 +585,9 @@ $$;
 -- as pyagentdb.detect_claims returns them. lang NULL tries every language.
 -- Phases: the clauses (cut here), each clause's claims per language
 -- (claims_in_clause), a clause too long to search, the claims in order.
+-- The compiled rules are read in place, by language index, never copied
+-- into a variable: claim_langs_compiled() is a constant of some 75 kB, and
+-- assigning it (or one language's row) copies it on every call.
 CREATE OR REPLACE FUNCTION agentdb_private.detect_claims_in(model_text text, lang text)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
@@ -631,12 +595,10 @@ LANGUAGE plpgsql STABLE
 -- a pinned search_path; a configuration change per call costs 10-20 us.
 AS $$
 DECLARE
-    v_rules agentdb_private.claim_langs [];
-    v_rule agentdb_private.claim_langs;
+    v_lis integer [];
+    v_li integer;
     v_clauses text [];
     v_seps text [];
-    v_li integer;
-    v_ci integer;
     v_offset integer := 1;
     v_clause text;
     v_step record;
@@ -644,15 +606,15 @@ DECLARE
     v_found jsonb [] := '{}';
     v_counts jsonb := '{}';
     v_cap integer;
+    v_max integer;
 BEGIN
     IF model_text IS NULL OR model_text = '' THEN
         RETURN '[]';
     END IF;
-    v_rules := agentdb_private.claim_langs_compiled();
-    IF lang IS NOT NULL THEN
-        v_rules := ARRAY(SELECT r FROM unnest(v_rules) AS r WHERE r.lang = detect_claims_in.lang);
-    END IF;
-    IF cardinality(v_rules) = 0 THEN
+    v_lis := ARRAY(SELECT i FROM generate_subscripts(agentdb_private.claim_langs_compiled(), 1) AS i
+                    WHERE detect_claims_in.lang IS NULL
+                       OR ((agentdb_private.claim_langs_compiled())[i]).lang = detect_claims_in.lang ORDER BY i);
+    IF cardinality(v_lis) = 0 THEN
         IF lang IS NOT NULL AND cardinality(agentdb_private.claim_langs_compiled()) > 0 THEN
             RAISE EXCEPTION 'no claim patterns for language %', lang USING ERRCODE = 'invalid_parameter_value';
         END IF;
@@ -664,35 +626,34 @@ BEGIN
     -- The clauses between separators, and the separators, each found in one
     -- pass over the text: the same cuts as the Python detector makes. One
     -- regex for both (the split ignores the group).
-    v_clauses := regexp_split_to_array(model_text, '(' || v_rules[1].clause_split || ')');
+    v_clauses := regexp_split_to_array(model_text,
+                                       '(' || ((agentdb_private.claim_langs_compiled())[1]).clause_split || ')');
     IF cardinality(v_clauses) > 1 THEN
-        v_seps := ARRAY(SELECT m[1] FROM regexp_matches(model_text, '(' || v_rules[1].clause_split || ')', 'g') AS m);
+        v_seps := ARRAY(SELECT m[1] FROM regexp_matches(model_text,
+            '(' || ((agentdb_private.claim_langs_compiled())[1]).clause_split || ')', 'g') AS m);
     END IF;
 
     -- No limit in the document: none here either.
-    v_cap := coalesce(v_rules[1].max_per_kind, 2147483647);
+    v_cap := coalesce(((agentdb_private.claim_langs_compiled())[1]).max_per_kind, 2147483647);
+    v_max := ((agentdb_private.claim_langs_compiled())[1]).max_clause;
     FOR v_ci IN 1 .. cardinality(v_clauses) LOOP
         -- Only the clause's first max_clause characters are searched (as in
         -- Python): the work on a pathological text stays bounded.
-        v_clause := CASE WHEN v_rules[1].max_clause IS NULL THEN v_clauses[v_ci]
-                         ELSE left(v_clauses[v_ci], v_rules[1].max_clause) END;
+        v_clause := CASE WHEN v_max IS NULL THEN v_clauses[v_ci] ELSE left(v_clauses[v_ci], v_max) END;
         IF v_clause <> '' THEN
             v_taken := '{}'::int4multirange;
-            FOR v_li IN 1 .. cardinality(v_rules) LOOP
+            FOREACH v_li IN ARRAY v_lis LOOP
                 -- A clause without the language's script cannot hold its claims.
-                CONTINUE WHEN v_rules[v_li].script IS NOT NULL AND NOT regexp_like(v_clause, v_rules[v_li].script);
-                v_rule := v_rules[v_li];
-                v_step := agentdb_private.claims_in_clause(
-                    v_rule.lang, v_rule.flags, v_rule.exclude_re, v_rule.claim_kinds, v_rule.claim_guards,
-                    v_rule.claim_res, v_clause, v_offset, v_cap, v_found, v_counts, v_taken);
+                CONTINUE WHEN ((agentdb_private.claim_langs_compiled())[v_li]).script IS NOT NULL
+                    AND NOT regexp_like(v_clause, ((agentdb_private.claim_langs_compiled())[v_li]).script);
+                v_step := agentdb_private.claims_in_clause(v_li, v_clause, v_offset, v_cap, v_found, v_counts, v_taken);
                 v_found := v_step.p_found;
                 v_counts := v_step.p_counts;
                 v_taken := v_step.p_taken;
             END LOOP;
             -- A clause longer than what is searched is itself a claim that
             -- something is done: no claim can hide beyond the searched part.
-            IF char_length(v_clauses[v_ci]) > v_rules[1].max_clause
-                AND coalesce((v_counts ->> 'done')::integer, 0) < v_cap THEN
+            IF char_length(v_clauses[v_ci]) > v_max AND coalesce((v_counts ->> 'done')::integer, 0) < v_cap THEN
                 v_found := v_found || jsonb_build_object(
                     'kind', 'done',
                     'text', left(v_clauses[v_ci], 60),
@@ -716,81 +677,24 @@ BEGIN
 END
 $$;
 
--- The regexes of a kind that a (lowered) clause may match: of the kind's
--- parts (agentdb_private.claim_alts_compiled: the alternation of its patterns
--- that have no "any", then each pattern that has one, with its strings as
--- LIKE patterns), those whose strings the clause holds. The kind's whole
--- alternation when the parts are not compiled (patterns loaded before them).
-CREATE OR REPLACE FUNCTION agentdb_private.kind_candidates(p_lang text, p_kind text, p_whole text, p_subject text)
-RETURNS text[]
-LANGUAGE plpgsql STABLE
--- No SET clause: called by detect_claims_in only, with a pinned search_path.
-AS $$
-DECLARE
-    v_parts text [] := agentdb_private.claim_alts_compiled(p_lang, p_kind);
-    v_out text [] := '{}';
-BEGIN
-    IF v_parts IS NULL THEN
-        RETURN ARRAY[p_whole];
-    END IF;
-    FOR v_i IN 1 .. cardinality(v_parts) / 2 LOOP
-        IF v_parts[2 * v_i - 1] IS NULL
-            OR p_subject LIKE ANY (string_to_array(v_parts[2 * v_i - 1], E'\n')) THEN
-            v_out := v_out || v_parts[2 * v_i];
-        END IF;
-    END LOOP;
-    RETURN v_out;
-END
-$$;
+-- The part-by-part claim search (claim_alts_compiled and its helpers) split
+-- no kind of the document: each kind is one alternation again.
+DROP FUNCTION IF EXISTS agentdb_private.kind_candidates(text, text, text, text);
+DROP FUNCTION IF EXISTS agentdb_private.alts_match(text, text[], integer);
+DROP FUNCTION IF EXISTS agentdb_private.claim_alts_compiled(text, text);
+DROP FUNCTION IF EXISTS agentdb_private.claim_parts(jsonb);
+DROP FUNCTION IF EXISTS agentdb_private.claims_in_clause(
+    text, text, text, text[], text[], text[], text, integer, integer, jsonb[], jsonb, int4multirange
+);
 
--- The leftmost-longest match, from p_pos on, of the alternation of these
--- regexes, found regex by regex: it starts where the earliest of them
--- matches, and ends where the longest of those starting there ends (both
--- engines prefer the longest match: the same span as the joined alternation,
--- as pyagentdb.claims._Alternation finds it). Smaller regexes cost far less
--- than one large alternation: PostgreSQL builds a regex's automaton afresh on
--- every call, at a cost that grows with its size. ms = 0: no match.
--- (1-based positions, me exclusive, as regexp_instr gives them.)
-CREATE OR REPLACE FUNCTION agentdb_private.alts_match(
-    p_subject text, p_res text[], p_pos integer, OUT ms integer, OUT me integer
-)
-LANGUAGE plpgsql STABLE
--- No SET clause: called by detect_claims_in only, with a pinned search_path.
-AS $$
-DECLARE
-    v_starts integer [] := '{}';
-    v_s integer;
-BEGIN
-    ms := 0;
-    me := 0;
-    FOR v_i IN 1 .. cardinality(p_res) LOOP
-        v_s := regexp_instr(p_subject, p_res[v_i], p_pos, 1, 0);
-        v_starts := v_starts || v_s;
-        IF v_s > 0 AND (ms = 0 OR v_s < ms) THEN
-            ms := v_s;
-        END IF;
-    END LOOP;
-    IF ms = 0 THEN
-        RETURN;
-    END IF;
-    -- A match's end is searched from its start (the same match: the engine
-    -- reads the whole string, wherever the search starts).
-    FOR v_i IN 1 .. cardinality(p_res) LOOP
-        IF v_starts[v_i] = ms THEN
-            me := greatest(me, regexp_instr(p_subject, p_res[v_i], ms, 1, 1));
-        END IF;
-    END LOOP;
-END
-$$;
-
--- The claims of one clause in one language, added to found, counts (per
--- kind) and taken (the spans already claimed in the clause). The kinds in
--- kind_order; matches one after another, each searched from where the last
--- ended, as Python's spans(); at most max_per_kind per kind. p_offset: the
--- clause's 1-based start in the text.
+-- The claims of one clause in the language of index p_li of the compiled
+-- rules, added to found, counts (per kind) and taken (the spans already
+-- claimed in the clause). One alternation per kind, the kinds in kind_order;
+-- matches one after another, each searched from where the last ended, as
+-- Python's spans(); at most max_per_kind per kind. p_offset: the clause's
+-- 1-based start in the text.
 CREATE OR REPLACE FUNCTION agentdb_private.claims_in_clause(
-    p_lang text, p_flags text, p_exclude text, p_kinds text[], p_guards text[], p_res text[],
-    p_clause text, p_offset integer, p_cap integer,
+    p_li integer, p_clause text, p_offset integer, p_cap integer,
     INOUT p_found jsonb[], INOUT p_counts jsonb, INOUT p_taken int4multirange
 )
 LANGUAGE plpgsql STABLE
@@ -799,31 +703,35 @@ AS $$
 DECLARE
     -- Flag i folds ASCII letters only, as the Python detector does. The clause
     -- is lowered instead of passing the flag: PostgreSQL runs a
-    -- case-insensitive regex many times slower.
-    v_subject text := CASE WHEN p_flags = 'i'
-        THEN translate(p_clause, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') ELSE p_clause END;
+    -- case-insensitive regex many times slower. lower() in the C collation
+    -- lowers A-Z alone, as translate() from A-Z to a-z would, in one pass.
+    v_subject text := CASE WHEN ((agentdb_private.claim_langs_compiled())[p_li]).flags = 'i'
+        THEN lower(p_clause COLLATE "C") ELSE p_clause END;
     v_kind text;
-    v_res text [];
-    v_m record;
+    v_re text;
+    v_ms integer;
+    v_me integer;
     v_tries integer;
     v_pos integer;
     v_excluded boolean;
 BEGIN
-    FOR v_pi IN 1 .. cardinality(p_kinds) LOOP
-        v_kind := p_kinds[v_pi];
+    FOR v_pi IN 1 .. cardinality(((agentdb_private.claim_langs_compiled())[p_li]).claim_kinds) LOOP
+        v_kind := ((agentdb_private.claim_langs_compiled())[p_li]).claim_kinds[v_pi];
         CONTINUE WHEN coalesce((p_counts ->> v_kind)::integer, 0) >= p_cap;
         -- None of the kind's literals: none of its patterns can match.
-        CONTINUE WHEN p_guards[v_pi] IS NOT NULL
-            AND NOT v_subject LIKE ANY (string_to_array(p_guards[v_pi], E'\n'));
-        v_res := agentdb_private.kind_candidates(p_lang, v_kind, p_res[v_pi], v_subject);
-        CONTINUE WHEN cardinality(v_res) = 0;
-        v_m := agentdb_private.alts_match(v_subject, v_res, 1);
-        CONTINUE WHEN v_m.ms = 0;
+        CONTINUE WHEN ((agentdb_private.claim_langs_compiled())[p_li]).claim_guards[v_pi] IS NOT NULL
+            AND NOT v_subject LIKE ANY (string_to_array(
+                ((agentdb_private.claim_langs_compiled())[p_li]).claim_guards[v_pi], E'\n'));
+        v_re := ((agentdb_private.claim_langs_compiled())[p_li]).claim_res[v_pi];
+        -- The first match's start answers whether the kind matches at all.
+        v_ms := regexp_instr(v_subject, v_re, 1, 1, 0);
+        CONTINUE WHEN v_ms = 0;
         -- The exclusions (one alternation, the costliest regex) are asked only
         -- of a clause some kind matches: most clauses hold no claim, and an
         -- excluded clause holds none.
         IF v_excluded IS NULL THEN
-            v_excluded := p_exclude IS NOT NULL AND regexp_like(v_subject, p_exclude);
+            v_excluded := ((agentdb_private.claim_langs_compiled())[p_li]).exclude_re IS NOT NULL
+                AND regexp_like(v_subject, ((agentdb_private.claim_langs_compiled())[p_li]).exclude_re);
         END IF;
         EXIT WHEN v_excluded;
         v_pos := 1;
@@ -831,16 +739,20 @@ BEGIN
         LOOP
             EXIT WHEN v_tries >= p_cap OR v_pos > char_length(v_subject);
             IF v_tries > 0 THEN
-                v_m := agentdb_private.alts_match(v_subject, v_res, v_pos);
+                v_ms := regexp_instr(v_subject, v_re, v_pos, 1, 0);
+                EXIT WHEN v_ms = 0;
             END IF;
-            EXIT WHEN v_m.ms = 0;
+            -- A match's end is searched from its start (the same match: the
+            -- engine reads the whole string, wherever the search starts).
+            v_me := regexp_instr(v_subject, v_re, v_ms, 1, 1);
             v_tries := v_tries + 1;
-            v_pos := CASE WHEN v_m.me > v_m.ms THEN v_m.me ELSE v_m.ms + 1 END;
-            CONTINUE WHEN v_m.me = v_m.ms OR p_taken && int4range(v_m.ms, v_m.me);
-            p_taken := p_taken + int4range(v_m.ms, v_m.me)::int4multirange;
+            v_pos := CASE WHEN v_me > v_ms THEN v_me ELSE v_ms + 1 END;
+            CONTINUE WHEN v_me = v_ms OR p_taken && int4range(v_ms, v_me);
+            p_taken := p_taken + int4range(v_ms, v_me)::int4multirange;
             p_found := p_found || jsonb_build_object(
-                'kind', v_kind, 'text', substr(p_clause, v_m.ms, v_m.me - v_m.ms),
-                'start', p_offset + v_m.ms - 2, 'end', p_offset + v_m.me - 2, 'lang', p_lang);
+                'kind', v_kind, 'text', substr(p_clause, v_ms, v_me - v_ms),
+                'start', p_offset + v_ms - 2, 'end', p_offset + v_me - 2,
+                'lang', ((agentdb_private.claim_langs_compiled())[p_li]).lang);
             p_counts := jsonb_set(p_counts, ARRAY[v_kind], to_jsonb(coalesce((p_counts ->> v_kind)::integer, 0) + 1));
             EXIT WHEN (p_counts ->> v_kind)::integer >= p_cap;
         END LOOP;
@@ -853,43 +765,48 @@ $$;
 -- the clause holds, whether the separator after it asks a question, whether
 -- it holds no language's script. The gate asks such a frame only what its
 -- task's books need (agentdb_private.clause_has), so that a reply needs few
--- of the label regexes.
+-- of the label regexes. (The compiled rules are read in place, by index, as
+-- in detect_claims_in.)
 CREATE OR REPLACE FUNCTION agentdb_private.clause_frames(model_text text)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 -- No SET clause: called only by finalize_reply, with a pinned search_path.
 AS $$
 DECLARE
-    v_rules agentdb_private.claim_langs [] := agentdb_private.claim_langs_compiled();
+    v_n integer := cardinality(agentdb_private.claim_langs_compiled());
+    v_split text;
+    v_max integer;
+    v_question text;
     v_clauses text [];
     v_seps text [];
-    v_ci integer;
-    v_li integer;
     v_offset integer := 0;
     v_clause text;
     v_langs text [];
     v_out jsonb [] := '{}';
 BEGIN
-    IF model_text IS NULL OR model_text = '' OR cardinality(v_rules) = 0 THEN
+    IF model_text IS NULL OR model_text = '' OR coalesce(v_n, 0) = 0 THEN
         RETURN '[]';
     END IF;
-    v_clauses := regexp_split_to_array(model_text, '(' || v_rules[1].clause_split || ')');
+    v_split := '(' || ((agentdb_private.claim_langs_compiled())[1]).clause_split || ')';
+    v_max := coalesce(((agentdb_private.claim_langs_compiled())[1]).max_clause, 2147483647);
+    v_question := ((agentdb_private.claim_langs_compiled())[1]).question_sep;
+    v_clauses := regexp_split_to_array(model_text, v_split);
     IF cardinality(v_clauses) > 1 THEN
-        v_seps := ARRAY(SELECT m[1] FROM regexp_matches(model_text, '(' || v_rules[1].clause_split || ')', 'g') AS m);
+        v_seps := ARRAY(SELECT m[1] FROM regexp_matches(model_text, v_split, 'g') AS m);
     END IF;
     FOR v_ci IN 1 .. cardinality(v_clauses) LOOP
-        v_clause := left(v_clauses[v_ci], coalesce(v_rules[1].max_clause, 2147483647));
+        v_clause := left(v_clauses[v_ci], v_max);
         IF btrim(v_clause) <> '' THEN
             v_langs := '{}';
-            FOR v_li IN 1 .. cardinality(v_rules) LOOP
-                IF v_rules[v_li].script IS NULL OR regexp_like(v_clause, v_rules[v_li].script) THEN
-                    v_langs := v_langs || v_rules[v_li].lang;
+            FOR v_li IN 1 .. v_n LOOP
+                IF ((agentdb_private.claim_langs_compiled())[v_li]).script IS NULL
+                    OR regexp_like(v_clause, ((agentdb_private.claim_langs_compiled())[v_li]).script) THEN
+                    v_langs := v_langs || ((agentdb_private.claim_langs_compiled())[v_li]).lang;
                 END IF;
             END LOOP;
             v_out := v_out || jsonb_build_object(
                 'start', v_offset, 'end', v_offset + char_length(v_clauses[v_ci]), 'langs', to_jsonb(v_langs),
-                'q', v_seps[v_ci] IS NOT NULL AND v_rules[1].question_sep IS NOT NULL
-                     AND regexp_like(v_seps[v_ci], v_rules[1].question_sep),
+                'q', v_seps[v_ci] IS NOT NULL AND v_question IS NOT NULL AND regexp_like(v_seps[v_ci], v_question),
                 'blank', cardinality(v_langs) = 0);
         END IF;
         v_offset := v_offset + char_length(v_clauses[v_ci]) + coalesce(char_length(v_seps[v_ci]), 0);
@@ -897,6 +814,48 @@ BEGIN
     RETURN to_jsonb(v_out);
 END
 $$;
+
+-- How the gate reads a clause (clause_frames' frame or a runtime's clause
+-- {start, end}): its text cut to max_clause (clause_text); then per
+-- language, by its index in claim_langs_compiled(), lowered (A-Z alone: the
+-- C collation's lower()) where the language's flags say i (fold_for). One
+-- definition for clause_has, read_clauses and clause_says_done. Both are
+-- inlined into their callers, and the constant's fields they read are
+-- looked up in place: assigning claim_langs_compiled() (some 75 kB) or one
+-- of its rows to a variable copies it on every call.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_text(p_text text, p_clause jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+-- No SET clause: inlined; it names only pg_catalog functions and the constant.
+AS $$
+    SELECT left(substr(p_text, (p_clause ->> 'start')::integer + 1,
+                       (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer),
+                coalesce(((agentdb_private.claim_langs_compiled())[1]).max_clause, 2147483647))
+$$;
+
+CREATE OR REPLACE FUNCTION agentdb_private.fold_for(p_li integer, p_s text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+-- No SET clause: inlined.
+AS $$
+    SELECT CASE WHEN ((agentdb_private.claim_langs_compiled())[p_li]).flags = 'i'
+                THEN lower(p_s COLLATE "C") ELSE p_s END
+$$;
+
+-- The label sets the gate asks about (agentdb_private.label_sets) and each
+-- one's labels joined by commas: small constants, folded from the compiled
+-- rules when a plan is made.
+CREATE OR REPLACE FUNCTION agentdb_private.label_set_names()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+-- No SET clause: inlined.
+AS $$ SELECT coalesce(((agentdb_private.claim_langs_compiled())[1]).set_names, '{}') $$;
+
+CREATE OR REPLACE FUNCTION agentdb_private.label_set_labels()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+-- No SET clause: inlined.
+AS $$ SELECT coalesce(((agentdb_private.claim_langs_compiled())[1]).set_labels, '{}') $$;
 
 -- The clauses of a text and what each is recognised as: a JSON array of
 -- {start, end, labels}, offsets as detect_claims_in gives them, labels in byte
@@ -911,12 +870,8 @@ LANGUAGE plpgsql STABLE
 -- pinned search_path.
 AS $$
 DECLARE
-    v_rules agentdb_private.claim_langs [] := agentdb_private.claim_langs_compiled();
     v_frames jsonb := agentdb_private.clause_frames(model_text);
     v_frame jsonb;
-    v_fi integer;
-    v_li integer;
-    v_pi integer;
     v_subject text;
     v_labels text [];
     v_out jsonb [] := '{}';
@@ -924,18 +879,13 @@ BEGIN
     FOR v_fi IN 0 .. jsonb_array_length(v_frames) - 1 LOOP
         v_frame := v_frames -> v_fi;
         v_labels := '{}';
-        FOR v_li IN 1 .. cardinality(v_rules) LOOP
-            CONTINUE WHEN NOT v_frame -> 'langs' ? v_rules[v_li].lang;
-            v_subject := left(substr(model_text, (v_frame ->> 'start')::integer + 1,
-                                     (v_frame ->> 'end')::integer - (v_frame ->> 'start')::integer),
-                              coalesce(v_rules[1].max_clause, 2147483647));
-            v_subject := CASE WHEN v_rules[v_li].flags = 'i'
-                THEN translate(v_subject, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
-                ELSE v_subject END;
-            FOR v_pi IN 1 .. coalesce(cardinality(v_rules[v_li].label_res), 0) LOOP
-                IF NOT v_rules[v_li].label_names[v_pi] = ANY (v_labels)
-                    AND regexp_like(v_subject, v_rules[v_li].label_res[v_pi]) THEN
-                    v_labels := v_labels || v_rules[v_li].label_names[v_pi];
+        FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
+            CONTINUE WHEN NOT v_frame -> 'langs' ? ((agentdb_private.claim_langs_compiled())[v_li]).lang;
+            v_subject := agentdb_private.fold_for(v_li, agentdb_private.clause_text(model_text, v_frame));
+            FOR v_pi IN 1 .. coalesce(cardinality(((agentdb_private.claim_langs_compiled())[v_li]).label_res), 0) LOOP
+                IF NOT ((agentdb_private.claim_langs_compiled())[v_li]).label_names[v_pi] = ANY (v_labels)
+                    AND regexp_like(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).label_res[v_pi]) THEN
+                    v_labels := v_labels || ((agentdb_private.claim_langs_compiled())[v_li]).label_names[v_pi];
                 END IF;
             END LOOP;
         END LOOP;
@@ -958,27 +908,26 @@ $$;
 -- clause_frames is asked here, with the set's one alternation per language
 -- whose script it holds ("question" also when the separator after it asks
 -- one, "blank" when it holds no script): the same answer as the labels
--- read_clauses gives, with one regex instead of one per label.
+-- read_clauses gives, with one regex instead of one per label. The set's
+-- labels come from a small constant (label_sets_compiled): a runtime's
+-- clause is answered without the compiled rules.
 CREATE OR REPLACE FUNCTION agentdb_private.clause_has(p_text text, p_clause jsonb, p_set text)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 -- No SET clause: called by the gate's functions, all with a pinned search_path.
 AS $$
 DECLARE
-    v_rules agentdb_private.claim_langs [] := agentdb_private.claim_langs_compiled();
-    v_rule agentdb_private.claim_langs;
-    v_i integer;
+    v_i integer := array_position(agentdb_private.label_set_names(), p_set);
     v_names text [];
     v_clause text;
 BEGIN
-    IF cardinality(v_rules) = 0 THEN
-        RETURN false;
-    END IF;
-    v_i := array_position(v_rules[1].set_names, p_set);
     IF v_i IS NULL THEN
+        IF cardinality(agentdb_private.label_set_names()) = 0 THEN
+            RETURN false;
+        END IF;
         RAISE EXCEPTION 'no label set %', p_set USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    v_names := string_to_array(v_rules[1].set_labels[v_i], ',');
+    v_names := string_to_array((agentdb_private.label_set_labels())[v_i], ',');
     IF jsonb_typeof(p_clause -> 'labels') = 'array' THEN
         RETURN p_clause -> 'labels' ?| v_names;
     END IF;
@@ -988,14 +937,12 @@ BEGIN
     IF 'question' = ANY (v_names) AND p_clause -> 'q' = 'true' THEN
         RETURN true;
     END IF;
-    v_clause := left(substr(p_text, (p_clause ->> 'start')::integer + 1,
-                            (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer),
-                     coalesce(v_rules[1].max_clause, 2147483647));
-    FOREACH v_rule IN ARRAY v_rules LOOP
-        CONTINUE WHEN NOT coalesce(p_clause -> 'langs' ? v_rule.lang, false) OR v_rule.set_res[v_i] IS NULL;
-        IF regexp_like(CASE WHEN v_rule.flags = 'i'
-                            THEN translate(v_clause, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
-                            ELSE v_clause END, v_rule.set_res[v_i]) THEN
+    v_clause := agentdb_private.clause_text(p_text, p_clause);
+    FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
+        CONTINUE WHEN NOT coalesce(p_clause -> 'langs' ? ((agentdb_private.claim_langs_compiled())[v_li]).lang, false)
+            OR ((agentdb_private.claim_langs_compiled())[v_li]).set_res[v_i] IS NULL;
+        IF regexp_like(agentdb_private.fold_for(v_li, v_clause),
+                       ((agentdb_private.claim_langs_compiled())[v_li]).set_res[v_i]) THEN
             RETURN true;
         END IF;
     END LOOP;

@@ -23,28 +23,21 @@ LANGUAGE plpgsql STABLE
 -- No SET clause: called by the gate's functions, all with a pinned search_path.
 AS $$
 DECLARE
-    v_rules agentdb_private.claim_langs [] := agentdb_private.claim_langs_compiled();
-    v_li integer;
-    v_i integer;
     v_subject text;
-    v_guards text [];
-    v_res text [];
 BEGIN
     IF p_lang IS NULL OR p_tail IS NULL THEN
         RETURN p_kind;
     END IF;
-    FOR v_li IN 1 .. cardinality(v_rules) LOOP
-        CONTINUE WHEN v_rules[v_li].lang IS DISTINCT FROM p_lang;
-        v_subject := CASE WHEN v_rules[v_li].flags = 'i'
-                          THEN translate(p_tail, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
-                          ELSE p_tail END;
-        v_guards := v_rules[v_li].lexicon_guards;
-        v_res := v_rules[v_li].lexicon_res;
-        FOR v_i IN 1 .. coalesce(cardinality(v_res), 0) LOOP
-            CONTINUE WHEN v_guards[v_i] IS NOT NULL
-                AND NOT v_subject LIKE ANY (string_to_array(v_guards[v_i], E'\n'));
-            IF regexp_like(v_subject, v_res[v_i]) THEN
-                RETURN v_rules[v_li].lexicon_names[v_i];
+    -- The compiled rules read in place, by index (agentdb_private.fold_for).
+    FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
+        CONTINUE WHEN ((agentdb_private.claim_langs_compiled())[v_li]).lang IS DISTINCT FROM p_lang;
+        v_subject := agentdb_private.fold_for(v_li, p_tail);
+        FOR v_i IN 1 .. coalesce(cardinality(((agentdb_private.claim_langs_compiled())[v_li]).lexicon_res), 0) LOOP
+            CONTINUE WHEN ((agentdb_private.claim_langs_compiled())[v_li]).lexicon_guards[v_i] IS NOT NULL
+                AND NOT v_subject LIKE ANY (string_to_array(
+                    ((agentdb_private.claim_langs_compiled())[v_li]).lexicon_guards[v_i], E'\n'));
+            IF regexp_like(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).lexicon_res[v_i]) THEN
+                RETURN ((agentdb_private.claim_langs_compiled())[v_li]).lexicon_names[v_i];
             END IF;
         END LOOP;
     END LOOP;
@@ -100,9 +93,7 @@ BEGIN
              CROSS JOIN LATERAL jsonb_array_elements(
                  coalesce(agentdb_private.claim_doc_compiled() -> 'classes' -> 'lexicon' -> l.lang, '[]')) AS e
              WHERE lb.label IS NOT NULL
-               AND regexp_like(CASE WHEN l.flags = 'i'
-                                    THEN translate(lb.label, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
-                                    ELSE lb.label END, e ->> 1));
+               AND regexp_like(CASE WHEN l.flags = 'i' THEN lower(lb.label COLLATE "C") ELSE lb.label END, e ->> 1));
 END
 $$;
 
@@ -171,24 +162,27 @@ BEGIN
 END
 $$;
 
--- Phase 1 of clause_facts: the languages whose rules read a clause: those
--- whose script it holds, or every language when it holds none ("£89.00",
--- "08:00"); a language without a script reads every clause.
-CREATE OR REPLACE FUNCTION agentdb_private.fact_langs(p_whole text)
-RETURNS agentdb_private.claim_langs[]
+-- Phase 1 of clause_facts: the languages whose rules read a clause, by their
+-- index in claim_langs_compiled(): those whose script it holds, or every
+-- language when it holds none ("£89.00", "08:00"); a language without a
+-- script reads every clause.
+DROP FUNCTION IF EXISTS agentdb_private.fact_langs(text);
+CREATE OR REPLACE FUNCTION agentdb_private.fact_lang_indexes(p_whole text)
+RETURNS integer[]
 LANGUAGE plpgsql STABLE
 -- No SET clause: called by clause_facts only, under the gate's pinned search_path.
 AS $$
 DECLARE
-    v_rule agentdb_private.claim_langs;
-    v_out agentdb_private.claim_langs [] := '{}';
+    v_n integer := coalesce(cardinality(agentdb_private.claim_langs_compiled()), 0);
+    v_out integer [] := '{}';
 BEGIN
-    FOREACH v_rule IN ARRAY agentdb_private.claim_langs_compiled() LOOP
-        IF v_rule.script IS NULL OR regexp_like(p_whole, v_rule.script) THEN
-            v_out := v_out || v_rule;
+    FOR v_li IN 1 .. v_n LOOP
+        IF ((agentdb_private.claim_langs_compiled())[v_li]).script IS NULL
+            OR regexp_like(p_whole, ((agentdb_private.claim_langs_compiled())[v_li]).script) THEN
+            v_out := v_out || v_li;
         END IF;
     END LOOP;
-    RETURN CASE WHEN cardinality(v_out) = 0 THEN agentdb_private.claim_langs_compiled() ELSE v_out END;
+    RETURN CASE WHEN cardinality(v_out) = 0 THEN ARRAY(SELECT generate_series(1, v_n)) ELSE v_out END;
 END
 $$;
 
@@ -284,7 +278,8 @@ DECLARE
     v_whole text := substr(p_text, (p_clause ->> 'start')::integer + 1,
                            (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer);
     v_subject text;
-    v_rule agentdb_private.claim_langs;
+    v_li integer;
+    v_lang text;
     v_f agentdb_private.fact_rules;
     v_spans record;
     v_types text [] := '{}';
@@ -295,12 +290,15 @@ BEGIN
     IF v_whole IS NULL OR v_whole = '' THEN
         RETURN v_out;
     END IF;
-    FOREACH v_rule IN ARRAY agentdb_private.fact_langs(v_whole) LOOP
-        v_subject := CASE WHEN v_rule.flags = 'i'
-            THEN translate(v_whole, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') ELSE v_whole END;
-        FOREACH v_f IN ARRAY agentdb_private.fact_rules_compiled() LOOP
-            CONTINUE WHEN v_f.lang <> v_rule.lang;
-            CONTINUE WHEN v_f.any_of IS NOT NULL AND NOT v_subject LIKE ANY (v_f.any_of);
+    FOREACH v_li IN ARRAY agentdb_private.fact_lang_indexes(v_whole) LOOP
+        v_subject := agentdb_private.fold_for(v_li, v_whole);
+        v_lang := ((agentdb_private.claim_langs_compiled())[v_li]).lang;
+        -- The rules read in place, by index; a rule that applies is taken.
+        FOR v_ri IN 1 .. coalesce(cardinality(agentdb_private.fact_rules_compiled()), 0) LOOP
+            CONTINUE WHEN ((agentdb_private.fact_rules_compiled())[v_ri]).lang <> v_lang;
+            CONTINUE WHEN ((agentdb_private.fact_rules_compiled())[v_ri]).any_of IS NOT NULL
+                AND NOT v_subject LIKE ANY (((agentdb_private.fact_rules_compiled())[v_ri]).any_of);
+            v_f := (agentdb_private.fact_rules_compiled())[v_ri];
             v_spans := agentdb_private.fact_rule_spans(v_subject, v_f.pattern, v_f.type, v_types, v_starts, v_ends);
             v_types := v_spans.taken_types;
             v_starts := v_spans.taken_starts;
@@ -450,49 +448,46 @@ AS $$
 DECLARE
     v_zone text := coalesce(p_task.time_zone, current_setting('TimeZone'));
 BEGIN
-    WITH steps AS (
-        SELECT s.seq, s.receipt -> 'row' AS receipt_row
-          FROM agentdb_private.steps AS s
-         WHERE s.user_id = p_task.user_id AND s.task_id = p_task.id AND s.outcome = 'success' AND s.verified
-    ),
-    rows_written AS (
-        SELECT r.r FROM steps AS s
-         CROSS JOIN LATERAL (
-             SELECT x.r FROM agentdb_private.change_log AS c
-              CROSS JOIN LATERAL unnest(ARRAY[c.new_row, c.old_row]) AS x (r)
-              WHERE c.user_id = p_task.user_id AND c.task_id = p_task.id AND c.seq = s.seq
-             UNION ALL
-             SELECT s.receipt_row) AS r
-         WHERE r.r IS NOT NULL AND jsonb_typeof(r.r) = 'object'
-    ),
-    vals AS (
-        SELECT v.value, jsonb_typeof(v.value) AS t, v.value #>> '{}' AS s
-          FROM rows_written AS w CROSS JOIN LATERAL jsonb_each(w.r) AS v
-    ),
-    -- Strings told apart without regexes (the session's cache of compiled ones
-    -- is kept for the claim patterns): a timestamp starts 9999-99-99T99:99.
-    stamps AS (
-        SELECT v.s::timestamptz AT TIME ZONE v_zone AS t
-          FROM vals AS v
-         WHERE v.t = 'string'
-           AND translate(left(v.s, 16), '0123456789', '9999999999') IN ('9999-99-99T99:99', '9999-99-99 99:99')
-    )
-    SELECT st.days, st.hhs, st.mis, n.nums, c.codes
+    -- One pass over the values (each told apart as a timestamp, a number or a
+    -- currency-like code, without regexes: the session's cache of compiled
+    -- ones is kept for the claim patterns), aggregated with FILTER: fewer plan
+    -- nodes to set up on every reply than a query per kind of value.
+    SELECT array_agg(v.t::date - (p_task.created_at AT TIME ZONE v_zone)::date) FILTER (WHERE v.t IS NOT NULL),
+           array_agg(extract(HOUR FROM v.t)::integer) FILTER (WHERE v.t IS NOT NULL),
+           array_agg(extract(MINUTE FROM v.t)::integer) FILTER (WHERE v.t IS NOT NULL),
+           array_agg(v.s::numeric) FILTER (WHERE v.is_num),
+           coalesce(array_agg(DISTINCT upper(v.s)) FILTER (WHERE v.is_code), '{}')
       INTO days, hhs, mis, nums, codes
-      FROM (SELECT array_agg(st.t::date - (p_task.created_at AT TIME ZONE v_zone)::date) AS days,
-                   array_agg(extract(HOUR FROM st.t)::integer) AS hhs,
-                   array_agg(extract(MINUTE FROM st.t)::integer) AS mis
-              FROM stamps AS st) AS st,
-           -- A number, or a string of 1 to 12 digits, then maybe a point and 1 to 4 digits.
-           (SELECT array_agg(v.s::numeric) AS nums FROM vals AS v
-             WHERE v.t = 'number'
-                OR (v.t = 'string' AND translate(v.s, '0123456789', '') IN ('', '.')
-                    AND char_length(split_part(v.s, '.', 1)) BETWEEN 1 AND 12
-                    AND (strpos(v.s, '.') = 0 OR char_length(split_part(v.s, '.', 2)) BETWEEN 1 AND 4))) AS n,
-           -- A currency-like code: three ASCII letters.
-           (SELECT coalesce(array_agg(DISTINCT upper(v.s)), '{}') AS codes FROM vals AS v
-             WHERE v.t = 'string' AND char_length(v.s) = 3
-               AND translate(v.s, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz', '') = '') AS c;
+      FROM (SELECT e.s,
+                   -- A timestamp starts 9999-99-99T99:99.
+                   CASE WHEN e.t = 'string'
+                             AND translate(left(e.s, 16), '0123456789', '9999999999')
+                                 IN ('9999-99-99T99:99', '9999-99-99 99:99')
+                        THEN e.s::timestamptz AT TIME ZONE v_zone END AS t,
+                   -- A number, or a string of 1 to 12 digits, then maybe a point and 1 to 4 digits.
+                   e.t = 'number'
+                   OR (e.t = 'string' AND translate(e.s, '0123456789', '') IN ('', '.')
+                       AND char_length(split_part(e.s, '.', 1)) BETWEEN 1 AND 12
+                       AND (strpos(e.s, '.') = 0 OR char_length(split_part(e.s, '.', 2)) BETWEEN 1 AND 4)) AS is_num,
+                   -- A currency-like code: three ASCII letters.
+                   e.t = 'string' AND char_length(e.s) = 3
+                   AND translate(e.s, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz', '') = '' AS is_code
+              FROM agentdb_private.steps AS s
+             -- Every changed row's new and old values (the change log of the
+             -- step), and the receipt's row.
+             CROSS JOIN LATERAL (
+                 SELECT x.r FROM agentdb_private.change_log AS c
+                  CROSS JOIN LATERAL unnest(ARRAY[c.new_row, c.old_row]) AS x (r)
+                  WHERE c.user_id = p_task.user_id AND c.task_id = p_task.id AND c.seq = s.seq
+                 UNION ALL
+                 SELECT s.receipt -> 'row') AS r (r)
+             -- (Only an object's values: jsonb_each of NULL is nothing.)
+             CROSS JOIN LATERAL (SELECT jsonb_typeof(j.value) AS t, j.value #>> '{}' AS s
+                                   FROM jsonb_each(CASE WHEN jsonb_typeof(r.r) = 'object' THEN r.r END) AS j) AS e
+             WHERE s.user_id = p_task.user_id AND s.task_id = p_task.id AND s.outcome = 'success'
+               AND s.verified
+            -- Not pulled up: each value is told apart once, not once per aggregate.
+            OFFSET 0) AS v;
 END
 $$;
 
@@ -758,40 +753,40 @@ LANGUAGE plpgsql STABLE
 -- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
 AS $$
 DECLARE
-    v_doc jsonb := agentdb_private.claim_doc_compiled();
     v_clause text;
     v_subject text;
-    v_rule agentdb_private.claim_langs;
+    v_stated integer;
     v_at integer;
     v_governs text;
 BEGIN
     IF p_text IS NULL THEN
         RETURN NULL;
     END IF;
-    v_clause := substr(p_text, (p_clause ->> 'start')::integer + 1,
-                       (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer);
-    IF p_marks AND EXISTS (SELECT 1 FROM jsonb_array_elements_text(coalesce(v_doc -> 'done_marks', '[]')) AS m
-                            WHERE strpos(v_clause, m) > 0) THEN
+    IF p_marks AND EXISTS (
+            SELECT 1 FROM jsonb_array_elements_text(
+                coalesce(agentdb_private.claim_doc_compiled() -> 'done_marks', '[]')) AS m
+             WHERE strpos(substr(p_text, (p_clause ->> 'start')::integer + 1,
+                                 (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer), m) > 0) THEN
         RETURN 'marks';
     END IF;
     IF jsonb_typeof(p_clause -> 'labels') = 'array' AND NOT p_clause -> 'labels' ? 'stated' THEN
         RETURN NULL;
     END IF;
-    FOREACH v_rule IN ARRAY agentdb_private.claim_langs_compiled() LOOP
-        CONTINUE WHEN array_position(v_rule.label_names, 'stated') IS NULL;
-        v_subject := left(v_clause, coalesce(v_rule.max_clause, 2147483647));
-        CONTINUE WHEN v_rule.script IS NOT NULL AND NOT regexp_like(v_subject, v_rule.script);
-        v_subject := CASE WHEN v_rule.flags = 'i'
-            THEN translate(v_subject, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') ELSE v_subject END;
-        v_at := regexp_instr(v_subject, v_rule.label_res[array_position(v_rule.label_names, 'stated')]);
+    -- The clause as clause_has reads it (clause_text, fold_for); the compiled
+    -- rules read in place, by index. The governing labels' alternation per
+    -- language is built once, when the patterns are loaded (claim_doc_compiled's
+    -- "governs"): its leftmost match is the first place any of them matches.
+    v_clause := agentdb_private.clause_text(p_text, p_clause);
+    FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
+        v_stated := array_position(((agentdb_private.claim_langs_compiled())[v_li]).label_names, 'stated');
+        CONTINUE WHEN v_stated IS NULL;
+        CONTINUE WHEN ((agentdb_private.claim_langs_compiled())[v_li]).script IS NOT NULL
+            AND NOT regexp_like(v_clause, ((agentdb_private.claim_langs_compiled())[v_li]).script);
+        v_subject := agentdb_private.fold_for(v_li, v_clause);
+        v_at := regexp_instr(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).label_res[v_stated]);
         CONTINUE WHEN v_at = 0;
-        -- One alternation of the governing labels: its leftmost match is the
-        -- first place any of them matches.
-        v_governs := (SELECT string_agg('(?:' || v_rule.label_res[array_position(v_rule.label_names, g.g)] || ')', '|'
-                                        ORDER BY g.n)
-                        FROM unnest(ARRAY['nothing_done', 'ack', 'attempt', 'offer', 'condition', 'future', 'draft', 'question'])
-                             WITH ORDINALITY AS g (g, n)
-                       WHERE array_position(v_rule.label_names, g.g) IS NOT NULL);
+        v_governs := agentdb_private.claim_doc_compiled() -> 'governs'
+                     ->> ((agentdb_private.claim_langs_compiled())[v_li]).lang;
         IF v_governs IS NULL OR NOT regexp_instr(v_subject, v_governs) BETWEEN 1 AND v_at - 1 THEN
             RETURN 'states';
         END IF;

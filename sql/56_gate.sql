@@ -201,11 +201,10 @@ AS $$
 DECLARE
     v_words text := substr(p_text, (p_clause ->> 'start')::integer + 1,
                            (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer);
-    v_rule agentdb_private.claim_langs;
     v_class text;
 BEGIN
-    FOREACH v_rule IN ARRAY agentdb_private.claim_langs_compiled() LOOP
-        v_class := agentdb_private.claim_class(v_rule.lang, v_words, NULL);
+    FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
+        v_class := agentdb_private.claim_class(((agentdb_private.claim_langs_compiled())[v_li]).lang, v_words, NULL);
         IF v_class IS NOT NULL THEN
             RETURN v_class;
         END IF;

@@ -89,6 +89,30 @@ def test_literal_guards_are_written_from_the_patterns_and_hold_on_every_corpus()
                     assert any(g in subject for g in guards), (rx.pattern[:60], clause)
 
 
+def test_python_prefilter_sets_the_bits_of_every_guard_a_clause_holds():
+    """The Python reader's one scan per clause and language (claims._Scan) sets exactly the bits
+    of the guards whose strings the clause holds, and of those without a guard: the same as
+    testing every guard's strings one by one, on every clause of the gate corpora. And each
+    pattern it searches by its top-level alternatives is cut where they join."""
+    data = Path(__file__).parent / "data"
+    texts = [line.rstrip("\n").split("\t")[-1].replace("\\n", "\n")
+             for path in sorted(data.glob("gate_*.tsv"))
+             for line in path.read_text(encoding="utf-8").splitlines()[1:]]
+    assert len(texts) > 1000
+    texts += ["abcd bcd", "n't n’t I'll", "已为您 为您设置"]
+    for lang in claims._langs():
+        guards = lang.scan.guards
+        for text in texts:
+            for piece in claims._cut(claims.normalise(text)):
+                subject, mask = piece.view(lang)
+                want = sum(1 << i for i, g in enumerate(guards) if g is None or any(s in subject for s in g))
+                assert mask == want, (lang.code, subject)
+    for spec in patterns()["languages"].values():
+        for pattern in [*spec["exclude"], *(c["pattern"] for c in spec["claims"]), *spec["labels"].values()]:
+            assert "|".join(claims._alternatives(pattern)) == pattern
+    assert claims._alternatives(r"a[|\]]b|(c|d)|\|e|[]|]") == [r"a[|\]]b", "(c|d)", r"\|e", "[]|]"]
+
+
 def test_a_reload_reaches_a_session_that_already_detected(db, dsn):
     other = psycopg.connect(dsn, autocommit=True)
     try:
@@ -482,24 +506,29 @@ def test_a_long_reply_is_left_to_the_database(reminders):
     assert verdict.claims_from == "database" and verdict.replaced
 
 
-def test_a_kind_searched_part_by_part_finds_what_its_alternation_finds(db):
-    # A kind whose patterns total over 8,000 characters is searched pattern by pattern in the
-    # database (agentdb_private.claim_alts_compiled); no kind of today's document is that
-    # large, so one is made so: en create gets a pattern no text holds, guarded by its own
-    # string. Detection on every corpus line must not change, and Python still agrees.
-    texts = _corpus_texts()
-    before = _sql_many(db, texts)
-    padded = copy.deepcopy(patterns())
-    padded["languages"]["en"]["claims"].append(
-        {"kind": "create", "pattern": "qqzx(?:" + "|".join(f"w{i:04d}" for i in range(1700)) + ")",
-         "any": ["qqzx"]})
-    load(db, padded)
+def test_the_governing_labels_are_one_alternation_per_language_built_at_load(db):
+    # agentdb_private.clause_says_done asks, per language, one alternation of the labels that
+    # govern a statement that something is done: built when the patterns are loaded, from the
+    # document's "governs" list (default: nothing_done ... question), in that order.
+    default = ["nothing_done", "ack", "attempt", "offer", "condition", "future", "draft", "question"]
+
+    def governs():
+        return db.execute("SELECT agentdb_private.claim_doc_compiled() -> 'governs'").fetchone()[0]
+
+    def says_done(text):
+        return db.execute("SELECT agentdb_private.clause_says_done(%s, %s, false)",
+                          (text, Jsonb({"start": 0, "end": len(text)}))).fetchone()[0]
+
+    for code, spec in patterns()["languages"].items():
+        labels = spec["labels"]
+        assert governs()[code] == "|".join(f"(?:{labels[g]})" for g in default if g in labels)
+    assert says_done("I can get it all set") is None  # an offer governs the statement
+    narrowed = copy.deepcopy(patterns())
+    narrowed["governs"] = ["question"]
+    load(db, narrowed)
     try:
-        split = db.execute("SELECT agentdb_private.claim_alts_compiled('en', 'create')").fetchone()[0]
-        assert split and len(split) >= 4  # guard, regex pairs: the kind is split
-        assert db.execute("SELECT agentdb_private.claim_alts_compiled('zh', 'create')").fetchone()[0] is None
-        assert _sql_many(db, texts) == before
-        assert [c["kind"] for c in detect(db, "qqzxw0042 done", "en")] == ["create"]
+        assert governs() == {c: f"(?:{s['labels']['question']})" for c, s in patterns()["languages"].items()}
+        assert says_done("I can get it all set") == "states"  # an offer no longer does
     finally:
         load(db, patterns())
-    assert db.execute("SELECT agentdb_private.claim_alts_compiled('en', 'create')").fetchone()[0] is None
+    assert says_done("I can get it all set") is None
