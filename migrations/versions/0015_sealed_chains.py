@@ -140,5 +140,9 @@ def downgrade() -> None:
         op.execute(f"ALTER TABLE agentdb_private.{table} ADD CONSTRAINT {name} CHECK ({check})")
     for domain in DOMAINS:
         op.execute(f"DROP DOMAIN IF EXISTS agentdb_private.{domain}")
+    for table in ("audit", "change_log"):
+        op.execute(f"DROP INDEX IF EXISTS agentdb_private.{table}_chain_key")
+        op.execute(f"CREATE UNIQUE INDEX {table}_chain_key ON agentdb_private.{table}"
+                   " (user_id, chain_stripe, chain_seq) WHERE chain_tenant IS NULL")
     op.execute("ALTER TABLE agentdb_private.audit ADD CONSTRAINT audit_step_id_fkey"
                " FOREIGN KEY (user_id, step_id) REFERENCES agentdb_private.steps (user_id, id)")

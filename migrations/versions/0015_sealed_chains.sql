@@ -129,3 +129,25 @@ DROP TRIGGER IF EXISTS audit_chain ON agentdb_private.audit;
 
 -- 3. The audit row's step is checked by doctor, not per insert.
 ALTER TABLE agentdb_private.audit DROP CONSTRAINT IF EXISTS audit_step_id_fkey;
+
+-- 4. The stripe keys of rows linked before this revision (the 16 global
+-- stripes) cover only such rows: rows written from now on carry no link of
+-- their own, and need no entry there.
+DO $chainkeys$
+DECLARE
+    v_index text;
+BEGIN
+    FOREACH v_index IN ARRAY ARRAY['audit_chain_key', 'change_log_chain_key'] LOOP
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_index AS i
+                    WHERE i.indexrelid = to_regclass('agentdb_private.' || v_index)
+                      AND position('chain_seq IS NOT NULL' IN pg_catalog.pg_get_expr(i.indpred, i.indrelid)) = 0) THEN
+            EXECUTE 'DROP INDEX agentdb_private.' || v_index;
+        END IF;
+    END LOOP;
+END
+$chainkeys$;
+CREATE UNIQUE INDEX IF NOT EXISTS audit_chain_key ON agentdb_private.audit (user_id, chain_stripe, chain_seq)
+WHERE chain_tenant IS NULL AND chain_seq IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS change_log_chain_key ON agentdb_private.change_log (
+    user_id, chain_stripe, chain_seq
+) WHERE chain_tenant IS NULL AND chain_seq IS NOT NULL;
