@@ -714,6 +714,14 @@ DECLARE
     v_tries integer;
     v_pos integer;
     v_excluded boolean;
+    -- A match's start and end in one search: regexp_replace from a place, its
+    -- first match only, made one mark character; the match starts where the
+    -- mark is, and is as long as what the text lost, plus one. (regexp_instr
+    -- finds every match to the end of the clause, and was asked twice, for
+    -- the start and the end.) A clause holding the mark is searched with
+    -- regexp_instr.
+    v_marked boolean := strpos(p_clause, E'\x01') = 0;
+    v_hit text;
 BEGIN
     FOR v_pi IN 1 .. cardinality(((agentdb_private.claim_langs_compiled())[p_li]).claim_kinds) LOOP
         v_kind := ((agentdb_private.claim_langs_compiled())[p_li]).claim_kinds[v_pi];
@@ -724,7 +732,12 @@ BEGIN
                 ((agentdb_private.claim_langs_compiled())[p_li]).claim_guards[v_pi], E'\n'));
         v_re := ((agentdb_private.claim_langs_compiled())[p_li]).claim_res[v_pi];
         -- The first match's start answers whether the kind matches at all.
-        v_ms := regexp_instr(v_subject, v_re, 1, 1, 0);
+        IF v_marked THEN
+            v_hit := regexp_replace(v_subject, v_re, E'\x01', 1, 1);
+            v_ms := strpos(v_hit, E'\x01');
+        ELSE
+            v_ms := regexp_instr(v_subject, v_re, 1, 1, 0);
+        END IF;
         CONTINUE WHEN v_ms = 0;
         -- The exclusions (one alternation, the costliest regex) are asked only
         -- of a clause some kind matches: most clauses hold no claim, and an
@@ -738,13 +751,21 @@ BEGIN
         v_tries := 0;
         LOOP
             EXIT WHEN v_tries >= p_cap OR v_pos > char_length(v_subject);
-            IF v_tries > 0 THEN
+            IF v_tries > 0 AND v_marked THEN
+                v_hit := regexp_replace(v_subject, v_re, E'\x01', v_pos, 1);
+                v_ms := strpos(v_hit, E'\x01');
+                EXIT WHEN v_ms = 0;
+            ELSIF v_tries > 0 THEN
                 v_ms := regexp_instr(v_subject, v_re, v_pos, 1, 0);
                 EXIT WHEN v_ms = 0;
             END IF;
-            -- A match's end is searched from its start (the same match: the
-            -- engine reads the whole string, wherever the search starts).
-            v_me := regexp_instr(v_subject, v_re, v_ms, 1, 1);
+            IF v_marked THEN
+                v_me := v_ms + char_length(v_subject) - char_length(v_hit) + 1;
+            ELSE
+                -- A match's end is searched from its start (the same match:
+                -- the engine reads the whole string, wherever the search starts).
+                v_me := regexp_instr(v_subject, v_re, v_ms, 1, 1);
+            END IF;
             v_tries := v_tries + 1;
             v_pos := CASE WHEN v_me > v_ms THEN v_me ELSE v_ms + 1 END;
             CONTINUE WHEN v_me = v_ms OR p_taken && int4range(v_ms, v_me);

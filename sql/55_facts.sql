@@ -204,18 +204,36 @@ DECLARE
     v_ms integer;
     v_me integer;
     v_hit boolean;
+    -- Each match's start and end in one search, as in claims_in_clause: the
+    -- first match from a place made a mark character (regexp_instr finds every
+    -- match to the end); a subject holding the mark is searched with regexp_instr.
+    v_marked boolean := strpos(p_subject, E'\x01') = 0;
+    v_cut text;
 BEGIN
     starts := '{}';
     ends := '{}';
     -- The first match's start answers whether the rule matches at all.
-    v_ms := regexp_instr(p_subject, p_pattern, 1, 1, 0);
+    IF v_marked THEN
+        v_cut := regexp_replace(p_subject, p_pattern, E'\x01', 1, 1);
+        v_ms := strpos(v_cut, E'\x01');
+    ELSE
+        v_ms := regexp_instr(p_subject, p_pattern, 1, 1, 0);
+    END IF;
     LOOP
         EXIT WHEN v_ms = 0 OR v_pos > char_length(p_subject);
-        IF v_pos > 1 THEN
+        IF v_pos > 1 AND v_marked THEN
+            v_cut := regexp_replace(p_subject, p_pattern, E'\x01', v_pos, 1);
+            v_ms := strpos(v_cut, E'\x01');
+            EXIT WHEN v_ms = 0;
+        ELSIF v_pos > 1 THEN
             v_ms := regexp_instr(p_subject, p_pattern, v_pos, 1, 0);
             EXIT WHEN v_ms = 0;
         END IF;
-        v_me := regexp_instr(p_subject, p_pattern, v_ms, 1, 1);
+        IF v_marked THEN
+            v_me := v_ms + char_length(p_subject) - char_length(v_cut) + 1;
+        ELSE
+            v_me := regexp_instr(p_subject, p_pattern, v_ms, 1, 1);
+        END IF;
         v_pos := CASE WHEN v_me > v_ms THEN v_me ELSE v_ms + 1 END;
         CONTINUE WHEN v_me = v_ms;
         v_hit := false;
@@ -247,18 +265,36 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE
 -- No SET clause: called by clause_facts only, under the gate's pinned search_path.
 AS $$
+DECLARE
+    v_groups text [];
 BEGIN
+    -- The rule's groups (num, min, tag) in one search: its first match from
+    -- p_ms replaced by them between mark characters (regexp_substr finds
+    -- every match to the end of the clause, and was asked once per group). A
+    -- subject holding a mark, or a group past \9, is read with regexp_substr.
+    -- A group that took no part reads '' here, NULL there: the same number
+    -- and tag (fact_number reads '' as NULL; no tag is '').
+    IF coalesce(p_f.num, p_f.min, p_f.tag) IS NULL THEN
+        v_groups := '{}';
+    ELSIF greatest(p_f.num, p_f.min, p_f.tag) <= 9 AND strpos(p_subject, E'\x01') = 0
+        AND strpos(p_subject, E'\x02') = 0 THEN
+        v_groups := string_to_array(split_part(regexp_replace(p_subject, p_f.pattern,
+            E'\x01' || coalesce('\' || p_f.num, '') || E'\x02' || coalesce('\' || p_f.min, '') || E'\x02'
+            || coalesce('\' || p_f.tag, '') || E'\x01', p_ms, 1), E'\x01', 2), E'\x02');
+    ELSE
+        v_groups := ARRAY[regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.num),
+                          regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.min),
+                          regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.tag)];
+    END IF;
     RETURN jsonb_build_object(
         'type', p_f.type,
         'clause', p_index,
         'start', p_start + p_ms - 1,
         'end', p_start + p_me - 1,
-        'n', CASE WHEN p_f.num IS NOT NULL THEN agentdb_private.fact_number(
-                 regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.num)) END,
-        'm', CASE WHEN p_f.min IS NOT NULL THEN agentdb_private.fact_number(
-                 regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.min)) END,
+        'n', CASE WHEN p_f.num IS NOT NULL THEN agentdb_private.fact_number(v_groups[1]) END,
+        'm', CASE WHEN p_f.min IS NOT NULL THEN agentdb_private.fact_number(v_groups[2]) END,
         'tag', CASE WHEN p_f.tag IS NOT NULL THEN agentdb_private.claim_doc_compiled() -> 'facts' -> 'tags'
-                    ->> btrim(regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.tag)) END,
+                    ->> btrim(v_groups[3]) END,
         'value', to_jsonb(p_f.value));
 END
 $$;
@@ -758,6 +794,8 @@ DECLARE
     v_stated integer;
     v_at integer;
     v_governs text;
+    v_gat integer;
+    v_marked boolean;
 BEGIN
     IF p_text IS NULL THEN
         RETURN NULL;
@@ -777,17 +815,33 @@ BEGIN
     -- language is built once, when the patterns are loaded (claim_doc_compiled's
     -- "governs"): its leftmost match is the first place any of them matches.
     v_clause := agentdb_private.clause_text(p_text, p_clause);
+    v_marked := strpos(v_clause, E'\x01') = 0;
     FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
         v_stated := array_position(((agentdb_private.claim_langs_compiled())[v_li]).label_names, 'stated');
         CONTINUE WHEN v_stated IS NULL;
         CONTINUE WHEN ((agentdb_private.claim_langs_compiled())[v_li]).script IS NOT NULL
             AND NOT regexp_like(v_clause, ((agentdb_private.claim_langs_compiled())[v_li]).script);
         v_subject := agentdb_private.fold_for(v_li, v_clause);
-        v_at := regexp_instr(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).label_res[v_stated]);
+        -- Where the first match starts: the first match made a mark character
+        -- (one search; regexp_instr finds every match), or regexp_instr where
+        -- the clause holds the mark.
+        IF v_marked THEN
+            v_at := strpos(regexp_replace(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).label_res[v_stated],
+                                          E'\x01', 1, 1), E'\x01');
+        ELSE
+            v_at := regexp_instr(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).label_res[v_stated]);
+        END IF;
         CONTINUE WHEN v_at = 0;
         v_governs := agentdb_private.claim_doc_compiled() -> 'governs'
                      ->> ((agentdb_private.claim_langs_compiled())[v_li]).lang;
-        IF v_governs IS NULL OR NOT regexp_instr(v_subject, v_governs) BETWEEN 1 AND v_at - 1 THEN
+        IF v_governs IS NULL THEN
+            RETURN 'states';
+        ELSIF v_marked THEN
+            v_gat := strpos(regexp_replace(v_subject, v_governs, E'\x01', 1, 1), E'\x01');
+        ELSE
+            v_gat := regexp_instr(v_subject, v_governs);
+        END IF;
+        IF NOT v_gat BETWEEN 1 AND v_at - 1 THEN
             RETURN 'states';
         END IF;
     END LOOP;
