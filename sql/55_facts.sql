@@ -469,7 +469,7 @@ $$;
 -- row's new and old values (the change log of the step), or the receipt's row
 -- where the table is not watched. Timestamps as (day offset from the task's
 -- day, hour, minute) in the task's time zone, in three parallel arrays;
--- numbers; currency-like codes (distinct). One statement, its plan kept;
+-- numbers; currency-like codes. One statement, its plan kept;
 -- every table read by the task's user (on Citus routed to the user's shard;
 -- change-log rows are the owner's: a table without an owner column counts
 -- the receipt's row).
@@ -487,22 +487,28 @@ BEGIN
     -- One pass over the values (each told apart as a timestamp, a number or a
     -- currency-like code, without regexes: the session's cache of compiled
     -- ones is kept for the claim patterns), aggregated with FILTER: fewer plan
-    -- nodes to set up on every reply than a query per kind of value.
+    -- nodes to set up on every reply than a query per kind of value. Each
+    -- step's change-log rows joined to it, each row's values with the
+    -- receipt's: a step with several changed rows repeats its receipt's
+    -- values, which changes no answer (the values are asked whether they hold
+    -- a time, a number or a code). Only a string starting with a digit is
+    -- asked whether it is a timestamp or a number.
     SELECT array_agg(v.t::date - (p_task.created_at AT TIME ZONE v_zone)::date) FILTER (WHERE v.t IS NOT NULL),
            array_agg(extract(HOUR FROM v.t)::integer) FILTER (WHERE v.t IS NOT NULL),
            array_agg(extract(MINUTE FROM v.t)::integer) FILTER (WHERE v.t IS NOT NULL),
            array_agg(v.s::numeric) FILTER (WHERE v.is_num),
-           coalesce(array_agg(DISTINCT upper(v.s)) FILTER (WHERE v.is_code), '{}')
+           -- (Not DISTINCT: a code is asked whether it is among them; sorting costs more.)
+           coalesce(array_agg(upper(v.s)) FILTER (WHERE v.is_code), '{}')
       INTO days, hhs, mis, nums, codes
       FROM (SELECT e.s,
                    -- A timestamp starts 9999-99-99T99:99.
-                   CASE WHEN e.t = 'string'
+                   CASE WHEN e.digit
                              AND translate(left(e.s, 16), '0123456789', '9999999999')
                                  IN ('9999-99-99T99:99', '9999-99-99 99:99')
                         THEN e.s::timestamptz AT TIME ZONE v_zone END AS t,
                    -- A number, or a string of 1 to 12 digits, then maybe a point and 1 to 4 digits.
                    e.t = 'number'
-                   OR (e.t = 'string' AND translate(e.s, '0123456789', '') IN ('', '.')
+                   OR (e.digit AND translate(e.s, '0123456789', '') IN ('', '.')
                        AND char_length(split_part(e.s, '.', 1)) BETWEEN 1 AND 12
                        AND (strpos(e.s, '.') = 0 OR char_length(split_part(e.s, '.', 2)) BETWEEN 1 AND 4)) AS is_num,
                    -- A currency-like code: three ASCII letters.
@@ -511,15 +517,14 @@ BEGIN
               FROM agentdb_private.steps AS s
              -- Every changed row's new and old values (the change log of the
              -- step), and the receipt's row.
-             CROSS JOIN LATERAL (
-                 SELECT x.r FROM agentdb_private.change_log AS c
-                  CROSS JOIN LATERAL unnest(ARRAY[c.new_row, c.old_row]) AS x (r)
-                  WHERE c.user_id = p_task.user_id AND c.task_id = p_task.id AND c.seq = s.seq
-                 UNION ALL
-                 SELECT s.receipt -> 'row') AS r (r)
+              LEFT JOIN agentdb_private.change_log AS c
+                     ON c.user_id = p_task.user_id AND c.task_id = p_task.id AND c.seq = s.seq
+             CROSS JOIN LATERAL unnest(ARRAY[c.new_row, c.old_row, s.receipt -> 'row']) AS x (r)
              -- (Only an object's values: jsonb_each of NULL is nothing.)
-             CROSS JOIN LATERAL (SELECT jsonb_typeof(j.value) AS t, j.value #>> '{}' AS s
-                                   FROM jsonb_each(CASE WHEN jsonb_typeof(r.r) = 'object' THEN r.r END) AS j) AS e
+             CROSS JOIN LATERAL (SELECT j.t, j.s, j.t = 'string' AND ascii(j.s) BETWEEN 48 AND 57 AS digit
+                                   FROM (SELECT jsonb_typeof(j.value) AS t, j.value #>> '{}' AS s
+                                           FROM jsonb_each(CASE WHEN jsonb_typeof(x.r) = 'object' THEN x.r END) AS j
+                                         OFFSET 0) AS j) AS e
              WHERE s.user_id = p_task.user_id AND s.task_id = p_task.id AND s.outcome = 'success'
                AND s.verified
             -- Not pulled up: each value is told apart once, not once per aggregate.
@@ -545,81 +550,17 @@ $$;
 --   hold a currency code.
 DROP FUNCTION IF EXISTS agentdb_private.facts_mismatch(agentdb_private.tasks, jsonb, jsonb, jsonb, boolean);
 DROP FUNCTION IF EXISTS agentdb_private.facts_mismatch(agentdb_private.tasks, text, jsonb, jsonb, jsonb, boolean);
--- Does a clause hold a claim (one of p_claims starts in it)?
-CREATE OR REPLACE FUNCTION agentdb_private.clause_claimed(p_clause jsonb, p_claims jsonb)
-RETURNS boolean
-LANGUAGE plpgsql STABLE
--- No SET clause: called by facts_mismatch only, under finalize_reply's pinned search_path.
-AS $$
-BEGIN
-    FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
-        IF (p_claims -> v_ki ->> 'start')::integer >= (p_clause ->> 'start')::integer
-            AND (p_claims -> v_ki ->> 'start')::integer < (p_clause ->> 'end')::integer THEN
-            RETURN true;
-        END IF;
-    END LOOP;
-    RETURN false;
-END
-$$;
+-- Whether a clause holds a claim, its facts and the day they name were
+-- asked of helper functions (clause_claimed, clause_reading, clause_when);
+-- facts_mismatch answers them in its own loop now.
+DROP FUNCTION IF EXISTS agentdb_private.clause_claimed(jsonb, jsonb);
+DROP FUNCTION IF EXISTS agentdb_private.clause_reading(text, jsonb, integer, jsonb);
 
--- The facts of clause p_index: those of a runtime's reading (p_facts), or
--- read here.
-CREATE OR REPLACE FUNCTION agentdb_private.clause_reading(
-    p_text text, p_clause jsonb, p_index integer, p_facts jsonb
-)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE
--- No SET clause: called by facts_mismatch only, under finalize_reply's pinned search_path.
-AS $$
-DECLARE
-    v_facts jsonb := '[]';
-BEGIN
-    IF p_facts IS NULL THEN
-        RETURN to_jsonb(agentdb_private.clause_facts(p_text, p_clause, p_index));
-    END IF;
-    FOR v_fi IN 0 .. jsonb_array_length(p_facts) - 1 LOOP
-        IF (p_facts -> v_fi ->> 'clause')::integer = p_index THEN
-            v_facts := v_facts || jsonb_build_array(p_facts -> v_fi);
-        END IF;
-    END LOOP;
-    RETURN v_facts;
-END
-$$;
-
--- The day and half of the day a clause's facts name, when they name one of
--- each (one value, however often); whether they name a time.
-CREATE OR REPLACE FUNCTION agentdb_private.clause_when(
-    p_facts jsonb, OUT day integer, OUT half text, OUT has_time boolean
-)
-LANGUAGE plpgsql STABLE
--- No SET clause: called by facts_mismatch only, under finalize_reply's pinned search_path.
-AS $$
-DECLARE
-    v_fact jsonb;
-    v_two_days boolean := false;
-    v_two_halves boolean := false;
-BEGIN
-    has_time := false;
-    FOR v_fi IN 0 .. jsonb_array_length(p_facts) - 1 LOOP
-        v_fact := p_facts -> v_fi;
-        IF v_fact ->> 'type' = 'time' THEN
-            has_time := true;
-        ELSIF v_fact ->> 'type' = 'day' AND v_fact ->> 'value' IS NOT NULL THEN
-            v_two_days := v_two_days OR (day IS NOT NULL AND day <> (v_fact ->> 'value')::integer);
-            day := coalesce(day, (v_fact ->> 'value')::integer);
-        ELSIF v_fact ->> 'type' = 'period' AND v_fact ->> 'tag' IS NOT NULL THEN
-            v_two_halves := v_two_halves OR (half IS NOT NULL AND half <> v_fact ->> 'tag');
-            half := coalesce(half, v_fact ->> 'tag');
-        END IF;
-    END LOOP;
-    day := CASE WHEN v_two_days THEN NULL ELSE day END;
-    half := CASE WHEN v_two_halves THEN NULL ELSE half END;
-END
-$$;
+DROP FUNCTION IF EXISTS agentdb_private.clause_when(jsonb);
 
 -- Why one fact of a clause (p_fact, among the clause's p_facts, on its day
 -- p_day and half p_half) is not what was written (p_written: written_values;
--- p_counts: books_counts), or NULL.
+-- p_counts: the counts facts_mismatch works out), or NULL.
 CREATE OR REPLACE FUNCTION agentdb_private.fact_mismatch(
     p_fact jsonb, p_facts jsonb, p_day integer, p_half text, p_has_time boolean, p_written record,
     p_counts integer[]
@@ -696,8 +637,14 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_clause jsonb;
+    v_src jsonb;
+    v_fact jsonb;
     v_facts jsonb;
-    v_when record;
+    v_wday integer;
+    v_half text;
+    v_has_time boolean;
+    v_two_days boolean;
+    v_two_halves boolean;
     v_day integer;
     v_prev_day integer;
     v_prev_index integer := -2;
@@ -710,33 +657,73 @@ BEGIN
     IF p_facts IS NOT NULL AND (jsonb_typeof(p_facts) IS DISTINCT FROM 'array' OR jsonb_array_length(p_facts) = 0) THEN
         RETURN NULL;
     END IF;
-    -- Loops over indexes, not queries, where they can: each query of a
-    -- function is an executor run of its own, and this runs on every reply.
+    -- Loops over indexes, not queries, and no helper function per clause:
+    -- each query is an executor run of its own, each call a function's set
+    -- up, and this runs on every reply.
     FOR v_index IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
         v_clause := p_clauses -> v_index;
-        -- Does the clause hold a claim? The detector, which knows questions and
-        -- offers, read it as saying something was done: its facts count even
-        -- when a word of it reads as an offer ("我帮你改约到了下午4点").
-        v_claimed := agentdb_private.clause_claimed(v_clause, p_claims);
+        -- Does the clause hold a claim (one starts in it)? The detector, which
+        -- knows questions and offers, read it as saying something was done: its
+        -- facts count even when a word of it reads as an offer ("我帮你改约到了下午4点").
+        v_claimed := false;
+        FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
+            IF (p_claims -> v_ki ->> 'start')::integer >= (v_clause ->> 'start')::integer
+                AND (p_claims -> v_ki ->> 'start')::integer < (v_clause ->> 'end')::integer THEN
+                v_claimed := true;
+                EXIT;
+            END IF;
+        END LOOP;
         CONTINUE WHEN p_only_claims AND NOT v_claimed;
         CONTINUE WHEN NOT v_claimed AND agentdb_private.clause_has(p_text, v_clause, 'nonstating');
-        v_facts := agentdb_private.clause_reading(p_text, v_clause, v_index, p_facts);
+        -- The clause's facts: those of a runtime's reading, or read here; and
+        -- the day and half of the day they name, when they name one of each
+        -- (one value, however often), and whether they name a time.
+        v_src := CASE WHEN p_facts IS NULL THEN to_jsonb(agentdb_private.clause_facts(p_text, v_clause, v_index))
+                      ELSE p_facts END;
+        v_facts := '[]';
+        v_wday := NULL;
+        v_half := NULL;
+        v_has_time := false;
+        v_two_days := false;
+        v_two_halves := false;
+        FOR v_fi IN 0 .. jsonb_array_length(v_src) - 1 LOOP
+            v_fact := v_src -> v_fi;
+            CONTINUE WHEN p_facts IS NOT NULL AND NOT coalesce((v_fact ->> 'clause')::integer = v_index, false);
+            v_facts := v_facts || jsonb_build_array(v_fact);
+            IF v_fact ->> 'type' = 'time' THEN
+                v_has_time := true;
+            ELSIF v_fact ->> 'type' = 'day' AND v_fact ->> 'value' IS NOT NULL THEN
+                v_two_days := v_two_days OR (v_wday IS NOT NULL AND v_wday <> (v_fact ->> 'value')::integer);
+                v_wday := coalesce(v_wday, (v_fact ->> 'value')::integer);
+            ELSIF v_fact ->> 'type' = 'period' AND v_fact ->> 'tag' IS NOT NULL THEN
+                v_two_halves := v_two_halves OR (v_half IS NOT NULL AND v_half <> v_fact ->> 'tag');
+                v_half := coalesce(v_half, v_fact ->> 'tag');
+            END IF;
+        END LOOP;
         CONTINUE WHEN jsonb_array_length(v_facts) = 0;
-        -- What the verified steps wrote, read once, when the first fact needs it.
+        -- What the verified steps wrote, read once, when the first fact needs
+        -- it; and the counts a reply may name: the number of verified steps,
+        -- their affected rows, and each one's.
         IF NOT v_read THEN
             v_read := true;
             v_written := agentdb_private.written_values(p_task);
-            v_counts := agentdb_private.books_counts(p_books);
+            v_counts := ARRAY[0, 0];
+            FOR v_i IN 1 .. coalesce(cardinality(p_books.ok), 0) LOOP
+                CONTINUE WHEN NOT p_books.ok[v_i];
+                v_counts := ARRAY[v_counts[1] + 1, v_counts[2] + coalesce(p_books.affected[v_i], 0)]
+                    || v_counts[3:] || p_books.affected[v_i];
+            END LOOP;
         END IF;
-        v_when := agentdb_private.clause_when(v_facts);
         -- A clause that names only times takes the day of the clause before it
         -- when that one named only a day ("When: tomorrow, 08:00").
-        v_day := CASE WHEN v_when.day IS NULL AND v_prev_index = v_index - 1 THEN v_prev_day ELSE v_when.day END;
-        v_prev_day := CASE WHEN NOT v_when.has_time THEN v_day END;
+        v_wday := CASE WHEN v_two_days THEN NULL ELSE v_wday END;
+        v_half := CASE WHEN v_two_halves THEN NULL ELSE v_half END;
+        v_day := CASE WHEN v_wday IS NULL AND v_prev_index = v_index - 1 THEN v_prev_day ELSE v_wday END;
+        v_prev_day := CASE WHEN NOT v_has_time THEN v_day END;
         v_prev_index := v_index;
         FOR v_fi IN 0 .. jsonb_array_length(v_facts) - 1 LOOP
-            v_reason := agentdb_private.fact_mismatch(v_facts -> v_fi, v_facts, v_day, v_when.half,
-                                                      v_when.has_time, v_written, v_counts);
+            v_reason := agentdb_private.fact_mismatch(v_facts -> v_fi, v_facts, v_day, v_half,
+                                                      v_has_time, v_written, v_counts);
             IF v_reason IS NOT NULL THEN
                 RETURN v_reason;
             END IF;
