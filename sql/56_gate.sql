@@ -497,10 +497,17 @@ BEGIN
     -- spaces), on either path. A text holding a letter or a Chinese character
     -- is not empty once normalised (nothing deletes one): it needs no
     -- normalising here.
-    IF p_model_text IS NULL OR p_model_text !~ '[^[:space:]]' THEN
+    -- (A text holding a letter holds something other than spaces: the second
+    -- regex is asked only of a text without one. Both regexes are those of
+    -- the languages' scripts, '[A-Za-z]' and '[一-鿿]': the same entries of the
+    -- session's cache of 32 compiled regexes, which the claim patterns fill.)
+    IF p_model_text IS NULL THEN
         RETURN 'empty reply';
     END IF;
-    IF p_model_text !~ '[A-Za-z一-鿿]' THEN
+    IF NOT (p_model_text ~ '[A-Za-z]' OR p_model_text ~ '[一-鿿]') THEN
+        IF p_model_text !~ '[^[:space:]]' THEN
+            RETURN 'empty reply';
+        END IF;
         v_norm := coalesce(v_norm, agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply())));
         IF coalesce(v_norm, '') !~ '[^[:space:]]' THEN
             RETURN 'empty reply';
