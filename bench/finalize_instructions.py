@@ -98,7 +98,8 @@ def call_lines(dsn: str) -> dict[str, list[str]]:
     sends it (reading them from a table in each statement would count a scan of it too)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT way, format('EXECUTE gate(%L, %L, %L);', task, reply, arg) FROM public.bench_calls ORDER BY way, i"
+            "SELECT way, format('EXECUTE gate(%L, %L, %L);', task, reply, arg)"
+            " FROM public.bench_calls ORDER BY way, i"
         ).fetchall()
     out: dict[str, list[str]] = {}
     for way, line in rows:
