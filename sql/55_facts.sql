@@ -191,10 +191,11 @@ $$;
 -- its start (the same match); a match may not overlap an earlier fact of its
 -- type nor a skipped span (taken_*: the clause's spans so far, this rule's
 -- added). starts/ends: 1-based, end exclusive, skips left out.
+DROP FUNCTION IF EXISTS agentdb_private.fact_rule_spans(text, text, text, text[], integer[], integer[]);
 CREATE OR REPLACE FUNCTION agentdb_private.fact_rule_spans(
-    p_subject text, p_pattern text, p_type text,
+    p_subject text, p_pattern text, p_type text, p_groups text,
     INOUT taken_types text[], INOUT taken_starts integer[], INOUT taken_ends integer[],
-    OUT starts integer[], OUT ends integer[]
+    OUT starts integer[], OUT ends integer[], OUT groups text[]
 )
 LANGUAGE plpgsql STABLE
 -- No SET clause: called by clause_facts only, under the gate's pinned search_path.
@@ -204,17 +205,25 @@ DECLARE
     v_ms integer;
     v_me integer;
     v_hit boolean;
-    -- Each match's start and end in one search, as in claims_in_clause: the
-    -- first match from a place made a mark character (regexp_instr finds every
-    -- match to the end); a subject holding the mark is searched with regexp_instr.
-    v_marked boolean := strpos(p_subject, E'\x01') = 0;
+    -- Each match's start, end and groups in one search, as in
+    -- claims_in_clause: the first match from a place replaced by a mark
+    -- character (\x01), or by the groups p_groups names (\1 to \9, joined by
+    -- \x02) between two marks; the match is as long as what the text lost.
+    -- (regexp_instr finds every match to the end; fact_of searched again for
+    -- each group, with a second compiled form of the rule in the session's
+    -- cache.) A subject holding a mark is searched with regexp_instr, its
+    -- groups read by fact_of.
+    v_marked boolean := strpos(p_subject, E'\x01') = 0 AND strpos(p_subject, E'\x02') = 0;
+    v_mark text := E'\x01' || coalesce(p_groups || E'\x01', '');
     v_cut text;
+    v_g text;
 BEGIN
     starts := '{}';
     ends := '{}';
+    groups := '{}';
     -- The first match's start answers whether the rule matches at all.
     IF v_marked THEN
-        v_cut := regexp_replace(p_subject, p_pattern, E'\x01', 1, 1);
+        v_cut := regexp_replace(p_subject, p_pattern, v_mark, 1, 1);
         v_ms := strpos(v_cut, E'\x01');
     ELSE
         v_ms := regexp_instr(p_subject, p_pattern, 1, 1, 0);
@@ -222,7 +231,7 @@ BEGIN
     LOOP
         EXIT WHEN v_ms = 0 OR v_pos > char_length(p_subject);
         IF v_pos > 1 AND v_marked THEN
-            v_cut := regexp_replace(p_subject, p_pattern, E'\x01', v_pos, 1);
+            v_cut := regexp_replace(p_subject, p_pattern, v_mark, v_pos, 1);
             v_ms := strpos(v_cut, E'\x01');
             EXIT WHEN v_ms = 0;
         ELSIF v_pos > 1 THEN
@@ -230,7 +239,10 @@ BEGIN
             EXIT WHEN v_ms = 0;
         END IF;
         IF v_marked THEN
-            v_me := v_ms + char_length(p_subject) - char_length(v_cut) + 1;
+            v_g := CASE WHEN p_groups IS NOT NULL THEN split_part(v_cut, E'\x01', 2) END;
+            -- The text lost the match and gained the marks and the groups.
+            v_me := v_ms + char_length(p_subject) - char_length(v_cut)
+                    + CASE WHEN p_groups IS NULL THEN 1 ELSE 2 + char_length(v_g) END;
         ELSE
             v_me := regexp_instr(p_subject, p_pattern, v_ms, 1, 1);
         END IF;
@@ -250,6 +262,7 @@ BEGIN
         IF p_type <> 'skip' THEN
             starts := starts || v_ms;
             ends := ends || v_me;
+            groups := groups || CASE WHEN v_marked THEN v_g END;
         END IF;
     END LOOP;
 END
@@ -258,8 +271,10 @@ $$;
 -- Phase 3 of clause_facts: one fact, {type, clause, start, end, n, m, tag,
 -- value}, from a rule's match at p_ms-p_me (1-based) of the clause that
 -- starts at p_start of the text.
+DROP FUNCTION IF EXISTS agentdb_private.fact_of(text, agentdb_private.fact_rules, integer, integer, integer, integer);
 CREATE OR REPLACE FUNCTION agentdb_private.fact_of(
-    p_subject text, p_f agentdb_private.fact_rules, p_ms integer, p_me integer, p_start integer, p_index integer
+    p_subject text, p_f agentdb_private.fact_rules, p_ms integer, p_me integer, p_start integer, p_index integer,
+    p_groups text
 )
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
@@ -268,19 +283,14 @@ AS $$
 DECLARE
     v_groups text [];
 BEGIN
-    -- The rule's groups (num, min, tag) in one search: its first match from
-    -- p_ms replaced by them between mark characters (regexp_substr finds
-    -- every match to the end of the clause, and was asked once per group). A
-    -- subject holding a mark, or a group past \9, is read with regexp_substr.
-    -- A group that took no part reads '' here, NULL there: the same number
-    -- and tag (fact_number reads '' as NULL; no tag is '').
+    -- The rule's groups (num, min, tag): as fact_rule_spans read them with the
+    -- match (joined by \x02), or searched here. A group that took no part
+    -- reads '' there, NULL here: the same number and tag (fact_number reads
+    -- '' as NULL; no tag is '').
     IF coalesce(p_f.num, p_f.min, p_f.tag) IS NULL THEN
         v_groups := '{}';
-    ELSIF greatest(p_f.num, p_f.min, p_f.tag) <= 9 AND strpos(p_subject, E'\x01') = 0
-        AND strpos(p_subject, E'\x02') = 0 THEN
-        v_groups := string_to_array(split_part(regexp_replace(p_subject, p_f.pattern,
-            E'\x01' || coalesce('\' || p_f.num, '') || E'\x02' || coalesce('\' || p_f.min, '') || E'\x02'
-            || coalesce('\' || p_f.tag, '') || E'\x01', p_ms, 1), E'\x01', 2), E'\x02');
+    ELSIF p_groups IS NOT NULL THEN
+        v_groups := string_to_array(p_groups, E'\x02');
     ELSE
         v_groups := ARRAY[regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.num),
                           regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.min),
@@ -318,6 +328,7 @@ DECLARE
     v_lang text;
     v_f agentdb_private.fact_rules;
     v_spans record;
+    v_spec text;
     v_types text [] := '{}';
     v_starts integer [] := '{}';
     v_ends integer [] := '{}';
@@ -335,13 +346,19 @@ BEGIN
             CONTINUE WHEN ((agentdb_private.fact_rules_compiled())[v_ri]).any_of IS NOT NULL
                 AND NOT v_subject LIKE ANY (((agentdb_private.fact_rules_compiled())[v_ri]).any_of);
             v_f := (agentdb_private.fact_rules_compiled())[v_ri];
-            v_spans := agentdb_private.fact_rule_spans(v_subject, v_f.pattern, v_f.type, v_types, v_starts, v_ends);
+            -- The groups the rule reads, read with each match (\1 to \9 only).
+            v_spec := CASE WHEN coalesce(v_f.num, v_f.min, v_f.tag) IS NOT NULL
+                                AND greatest(v_f.num, v_f.min, v_f.tag) <= 9
+                           THEN coalesce('\' || v_f.num, '') || E'\x02' || coalesce('\' || v_f.min, '') || E'\x02'
+                                || coalesce('\' || v_f.tag, '') END;
+            v_spans := agentdb_private.fact_rule_spans(v_subject, v_f.pattern, v_f.type, v_spec,
+                                                       v_types, v_starts, v_ends);
             v_types := v_spans.taken_types;
             v_starts := v_spans.taken_starts;
             v_ends := v_spans.taken_ends;
             FOR v_k IN 1 .. cardinality(v_spans.starts) LOOP
                 v_out := v_out || agentdb_private.fact_of(v_subject, v_f, v_spans.starts[v_k], v_spans.ends[v_k],
-                                                          v_start, p_index);
+                                                          v_start, p_index, v_spans.groups[v_k]);
             END LOOP;
         END LOOP;
     END LOOP;
