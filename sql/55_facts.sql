@@ -644,6 +644,10 @@ BEGIN
 END
 $$;
 
+-- facts_mismatch (described above fact_mismatch) runs some 80 lines long: it
+-- answers in its own loop what four helper functions did (whether a clause
+-- holds a claim, its facts, the day they name, the counts), each call of which
+-- was a function's set-up on every reply.
 CREATE OR REPLACE FUNCTION agentdb_private.facts_mismatch(
     p_task agentdb_private.tasks, p_books record, p_text text, p_clauses jsonb, p_facts jsonb, p_claims jsonb,
     p_only_claims boolean
