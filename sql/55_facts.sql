@@ -588,6 +588,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_h integer;
+    v_half text;
     v_hours integer [];
 BEGIN
     IF p_fact ->> 'type' = 'time' THEN
@@ -595,13 +596,20 @@ BEGIN
         IF v_h IS NULL OR v_h > 23 THEN
             RETURN NULL;
         END IF;
-        v_hours := CASE coalesce(p_fact ->> 'tag', p_half)
-            WHEN 'am' THEN ARRAY[v_h % 12]
-            WHEN 'pm' THEN ARRAY[CASE WHEN v_h < 12 THEN v_h + 12 ELSE v_h END]
-            WHEN 'noon' THEN ARRAY[CASE WHEN v_h < 6 THEN v_h + 12 ELSE v_h END]
-            ELSE CASE WHEN v_h > 12 OR p_fact ? 'value' AND p_fact ->> 'value' IS NOT NULL THEN ARRAY[v_h]
-                      ELSE ARRAY[v_h % 12, v_h % 12 + 12] END
-        END;
+        -- The hours it may be. (IF branches, not one CASE: an expression is set
+        -- up whole in each transaction, its untaken branches too.)
+        v_half := coalesce(p_fact ->> 'tag', p_half);
+        IF v_half = 'am' THEN
+            v_hours := ARRAY[v_h % 12];
+        ELSIF v_half = 'pm' THEN
+            v_hours := ARRAY[CASE WHEN v_h < 12 THEN v_h + 12 ELSE v_h END];
+        ELSIF v_half = 'noon' THEN
+            v_hours := ARRAY[CASE WHEN v_h < 6 THEN v_h + 12 ELSE v_h END];
+        ELSIF v_h > 12 OR p_fact ? 'value' AND p_fact ->> 'value' IS NOT NULL THEN
+            v_hours := ARRAY[v_h];
+        ELSE
+            v_hours := ARRAY[v_h % 12, v_h % 12 + 12];
+        END IF;
         FOR v_wi IN 1 .. coalesce(cardinality(p_written.hhs), 0) LOOP
             IF p_written.hhs[v_wi] = ANY (v_hours) AND p_written.mis[v_wi] = coalesce((p_fact ->> 'm')::integer, 0)
                 AND (p_day IS NULL OR p_written.days[v_wi] = p_day) THEN
