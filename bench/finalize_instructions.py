@@ -7,7 +7,11 @@ task without a step: a lie, replaced), with the bench's two replies (bench/final
 It then stops the server and, per way, runs a single-user backend under valgrind's callgrind
 twice, once finalizing 8 tasks and once 8 + --calls other tasks; the difference divided by
 --calls is the instructions of one call (its transaction's commit included, the backend's
-start and each function's first compilation excluded). The Python reader (the runtime way's
+start and each function's first compilation excluded). Each call is an EXECUTE of a prepared
+finalize_reply statement with the task, the reply and the claims as literals, as a client with
+a prepared statement sends it (--table: each call selects its arguments from the bench's table,
+as this bench did before 2026-12-02; that also counts, per call, planning the statement and
+scanning the table, some 0.2 M instructions). The Python reader (the runtime way's
 detection, done before the call) is counted the same way, in this process.
 
     python bench/finalize_instructions.py            # needs valgrind; about a minute
@@ -88,12 +92,33 @@ def prepare(dsn: str, per_way: int) -> None:
                 )
 
 
+def call_lines(dsn: str) -> dict[str, list[str]]:
+    """Per way, one statement per prepared task: EXECUTE of a prepared finalize_reply call with
+    the task, the reply and the claims argument as literals, as a client with a prepared statement
+    sends it (reading them from a table in each statement would count a scan of it too)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT way, format('EXECUTE gate(%L, %L, %L);', task, reply, arg)"
+            " FROM public.bench_calls ORDER BY way, i"
+        ).fetchall()
+    out: dict[str, list[str]] = {}
+    for way, line in rows:
+        out.setdefault(way, []).append(line + "\n")
+    return out
+
+
+PREPARE = "PREPARE gate(uuid, text, jsonb) AS SELECT agentdb.finalize_reply($1, $2, $3) IS NOT NULL;\n"
+
+
 def single_user(bin_dir: Path, pgdata: Path, user: str | None, dbname: str, way: str, first: int,
-                n: int, work: Path) -> int:
+                n: int, work: Path, lines: list[str] | None = None) -> int:
     script = work / f"{way}-{first}-{n}.sql"
-    script.write_text("".join(
-        f"SELECT agentdb.finalize_reply(task, reply, arg) IS NOT NULL FROM public.bench_calls"
-        f" WHERE way = '{way}' AND i = {i};\n" for i in range(first, first + n)))
+    if lines is not None:
+        script.write_text(PREPARE + "".join(lines[first:first + n]))
+    else:  # --table: each call reads its arguments from public.bench_calls (the harness before 2026-12-02)
+        script.write_text("".join(
+            f"SELECT agentdb.finalize_reply(task, reply, arg) IS NOT NULL FROM public.bench_calls"
+            f" WHERE way = '{way}' AND i = {i};\n" for i in range(first, first + n)))
     script.chmod(0o644)
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
            str(bin_dir / "postgres"), "--single", "-D", str(pgdata), dbname]
@@ -128,6 +153,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=24, help="calls counted per way (a multiple of 4)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--table", action="store_true",
+                        help="each call reads its arguments from a table, as this bench did before 2026-12-02"
+                             " (that counts a scan of the table and a plan of the statement per call)")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("finalize_instructions: valgrind is not installed")
@@ -139,17 +167,18 @@ def main() -> None:
     server = embedded.get_server(str(work / "pg"), cleanup_mode="delete")
     print("preparing tasks...", file=sys.stderr)
     prepare(server.get_uri(), 8 + 8 + args.calls)
+    lines = None if args.table else call_lines(server.get_uri())
     bin_dir = Path(embedded.__file__).parent / "pginstall" / "bin"
     pgdata, user = Path(server.pgdata), server.system_user
     stop = [str(bin_dir / "pg_ctl"), "-D", str(pgdata), "stop", "-m", "fast"]
     subprocess.run(["su", user, "-s", "/bin/sh", "-c", " ".join(stop)] if user else stop,
                    check=True, capture_output=True)
     dbname = psycopg.conninfo.conninfo_to_dict(server.get_uri()).get("dbname") or "postgres"
-    out: dict = {"calls_per_way": args.calls}
+    out: dict = {"calls_per_way": args.calls, "harness": "table" if args.table else "prepared"}
     for way in WAYS:
         print(f"counting {way}...", file=sys.stderr)
-        few = single_user(bin_dir, pgdata, user, dbname, way, 0, 8, work)
-        many = single_user(bin_dir, pgdata, user, dbname, way, 8, 8 + args.calls, work)
+        few = single_user(bin_dir, pgdata, user, dbname, way, 0, 8, work, lines and lines[way])
+        many = single_user(bin_dir, pgdata, user, dbname, way, 8, 8 + args.calls, work, lines and lines[way])
         if many <= few:
             sys.exit(f"finalize_instructions: the single-user backend did not run the calls ({few}, {many})")
         out[f"instructions_per_call_{way}"] = (many - few) // args.calls

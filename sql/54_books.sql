@@ -142,24 +142,5 @@ BEGIN
 END
 $$;
 
--- The counts a reply may name: the number of verified steps, their affected
--- rows, and each one's affected rows.
-CREATE OR REPLACE FUNCTION agentdb_private.books_counts(p_books record)
-RETURNS integer[]
-LANGUAGE plpgsql STABLE
--- No SET clause: called by the gate's functions, all with a pinned search_path.
-AS $$
-DECLARE
-    v_n integer := 0;
-    v_rows integer := 0;
-    v_each integer [] := '{}';
-BEGIN
-    FOR v_i IN 1 .. coalesce(cardinality(p_books.ok), 0) LOOP
-        CONTINUE WHEN NOT p_books.ok[v_i];
-        v_n := v_n + 1;
-        v_rows := v_rows + coalesce(p_books.affected[v_i], 0);
-        v_each := v_each || p_books.affected[v_i];
-    END LOOP;
-    RETURN ARRAY[v_n, v_rows] || v_each;
-END
-$$;
+-- The counts a reply may name (books_counts) are worked out in facts_mismatch.
+DROP FUNCTION IF EXISTS agentdb_private.books_counts(record);

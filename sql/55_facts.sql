@@ -191,10 +191,11 @@ $$;
 -- its start (the same match); a match may not overlap an earlier fact of its
 -- type nor a skipped span (taken_*: the clause's spans so far, this rule's
 -- added). starts/ends: 1-based, end exclusive, skips left out.
+DROP FUNCTION IF EXISTS agentdb_private.fact_rule_spans(text, text, text, text[], integer[], integer[]);
 CREATE OR REPLACE FUNCTION agentdb_private.fact_rule_spans(
-    p_subject text, p_pattern text, p_type text,
+    p_subject text, p_pattern text, p_type text, p_groups text,
     INOUT taken_types text[], INOUT taken_starts integer[], INOUT taken_ends integer[],
-    OUT starts integer[], OUT ends integer[]
+    OUT starts integer[], OUT ends integer[], OUT groups text[]
 )
 LANGUAGE plpgsql STABLE
 -- No SET clause: called by clause_facts only, under the gate's pinned search_path.
@@ -204,18 +205,47 @@ DECLARE
     v_ms integer;
     v_me integer;
     v_hit boolean;
+    -- Each match's start, end and groups in one search, as in
+    -- claims_in_clause: the first match from a place replaced by a mark
+    -- character (\x01), or by the groups p_groups names (\1 to \9, joined by
+    -- \x02) between two marks; the match is as long as what the text lost.
+    -- (regexp_instr finds every match to the end; fact_of searched again for
+    -- each group, with a second compiled form of the rule in the session's
+    -- cache.) A subject holding a mark is searched with regexp_instr, its
+    -- groups read by fact_of.
+    v_marked boolean := strpos(p_subject, E'\x01') = 0 AND strpos(p_subject, E'\x02') = 0;
+    v_mark text := E'\x01' || coalesce(p_groups || E'\x01', '');
+    v_cut text;
+    v_g text;
 BEGIN
     starts := '{}';
     ends := '{}';
+    groups := '{}';
     -- The first match's start answers whether the rule matches at all.
-    v_ms := regexp_instr(p_subject, p_pattern, 1, 1, 0);
+    IF v_marked THEN
+        v_cut := regexp_replace(p_subject, p_pattern, v_mark, 1, 1);
+        v_ms := strpos(v_cut, E'\x01');
+    ELSE
+        v_ms := regexp_instr(p_subject, p_pattern, 1, 1, 0);
+    END IF;
     LOOP
         EXIT WHEN v_ms = 0 OR v_pos > char_length(p_subject);
-        IF v_pos > 1 THEN
+        IF v_pos > 1 AND v_marked THEN
+            v_cut := regexp_replace(p_subject, p_pattern, v_mark, v_pos, 1);
+            v_ms := strpos(v_cut, E'\x01');
+            EXIT WHEN v_ms = 0;
+        ELSIF v_pos > 1 THEN
             v_ms := regexp_instr(p_subject, p_pattern, v_pos, 1, 0);
             EXIT WHEN v_ms = 0;
         END IF;
-        v_me := regexp_instr(p_subject, p_pattern, v_ms, 1, 1);
+        IF v_marked THEN
+            v_g := CASE WHEN p_groups IS NOT NULL THEN split_part(v_cut, E'\x01', 2) END;
+            -- The text lost the match and gained the marks and the groups.
+            v_me := v_ms + char_length(p_subject) - char_length(v_cut)
+                    + CASE WHEN p_groups IS NULL THEN 1 ELSE 2 + char_length(v_g) END;
+        ELSE
+            v_me := regexp_instr(p_subject, p_pattern, v_ms, 1, 1);
+        END IF;
         v_pos := CASE WHEN v_me > v_ms THEN v_me ELSE v_ms + 1 END;
         CONTINUE WHEN v_me = v_ms;
         v_hit := false;
@@ -232,6 +262,7 @@ BEGIN
         IF p_type <> 'skip' THEN
             starts := starts || v_ms;
             ends := ends || v_me;
+            groups := groups || CASE WHEN v_marked THEN v_g END;
         END IF;
     END LOOP;
 END
@@ -240,25 +271,40 @@ $$;
 -- Phase 3 of clause_facts: one fact, {type, clause, start, end, n, m, tag,
 -- value}, from a rule's match at p_ms-p_me (1-based) of the clause that
 -- starts at p_start of the text.
+DROP FUNCTION IF EXISTS agentdb_private.fact_of(text, agentdb_private.fact_rules, integer, integer, integer, integer);
 CREATE OR REPLACE FUNCTION agentdb_private.fact_of(
-    p_subject text, p_f agentdb_private.fact_rules, p_ms integer, p_me integer, p_start integer, p_index integer
+    p_subject text, p_f agentdb_private.fact_rules, p_ms integer, p_me integer, p_start integer, p_index integer,
+    p_groups text
 )
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 -- No SET clause: called by clause_facts only, under the gate's pinned search_path.
 AS $$
+DECLARE
+    v_groups text [];
 BEGIN
+    -- The rule's groups (num, min, tag): as fact_rule_spans read them with the
+    -- match (joined by \x02), or searched here. A group that took no part
+    -- reads '' there, NULL here: the same number and tag (fact_number reads
+    -- '' as NULL; no tag is '').
+    IF coalesce(p_f.num, p_f.min, p_f.tag) IS NULL THEN
+        v_groups := '{}';
+    ELSIF p_groups IS NOT NULL THEN
+        v_groups := string_to_array(p_groups, E'\x02');
+    ELSE
+        v_groups := ARRAY[regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.num),
+                          regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.min),
+                          regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.tag)];
+    END IF;
     RETURN jsonb_build_object(
         'type', p_f.type,
         'clause', p_index,
         'start', p_start + p_ms - 1,
         'end', p_start + p_me - 1,
-        'n', CASE WHEN p_f.num IS NOT NULL THEN agentdb_private.fact_number(
-                 regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.num)) END,
-        'm', CASE WHEN p_f.min IS NOT NULL THEN agentdb_private.fact_number(
-                 regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.min)) END,
+        'n', CASE WHEN p_f.num IS NOT NULL THEN agentdb_private.fact_number(v_groups[1]) END,
+        'm', CASE WHEN p_f.min IS NOT NULL THEN agentdb_private.fact_number(v_groups[2]) END,
         'tag', CASE WHEN p_f.tag IS NOT NULL THEN agentdb_private.claim_doc_compiled() -> 'facts' -> 'tags'
-                    ->> btrim(regexp_substr(p_subject, p_f.pattern, p_ms, 1, '', p_f.tag)) END,
+                    ->> btrim(v_groups[3]) END,
         'value', to_jsonb(p_f.value));
 END
 $$;
@@ -282,6 +328,7 @@ DECLARE
     v_lang text;
     v_f agentdb_private.fact_rules;
     v_spans record;
+    v_spec text;
     v_types text [] := '{}';
     v_starts integer [] := '{}';
     v_ends integer [] := '{}';
@@ -299,13 +346,19 @@ BEGIN
             CONTINUE WHEN ((agentdb_private.fact_rules_compiled())[v_ri]).any_of IS NOT NULL
                 AND NOT v_subject LIKE ANY (((agentdb_private.fact_rules_compiled())[v_ri]).any_of);
             v_f := (agentdb_private.fact_rules_compiled())[v_ri];
-            v_spans := agentdb_private.fact_rule_spans(v_subject, v_f.pattern, v_f.type, v_types, v_starts, v_ends);
+            -- The groups the rule reads, read with each match (\1 to \9 only).
+            v_spec := CASE WHEN coalesce(v_f.num, v_f.min, v_f.tag) IS NOT NULL
+                                AND greatest(v_f.num, v_f.min, v_f.tag) <= 9
+                           THEN coalesce('\' || v_f.num, '') || E'\x02' || coalesce('\' || v_f.min, '') || E'\x02'
+                                || coalesce('\' || v_f.tag, '') END;
+            v_spans := agentdb_private.fact_rule_spans(v_subject, v_f.pattern, v_f.type, v_spec,
+                                                       v_types, v_starts, v_ends);
             v_types := v_spans.taken_types;
             v_starts := v_spans.taken_starts;
             v_ends := v_spans.taken_ends;
             FOR v_k IN 1 .. cardinality(v_spans.starts) LOOP
                 v_out := v_out || agentdb_private.fact_of(v_subject, v_f, v_spans.starts[v_k], v_spans.ends[v_k],
-                                                          v_start, p_index);
+                                                          v_start, p_index, v_spans.groups[v_k]);
             END LOOP;
         END LOOP;
     END LOOP;
@@ -433,7 +486,7 @@ $$;
 -- row's new and old values (the change log of the step), or the receipt's row
 -- where the table is not watched. Timestamps as (day offset from the task's
 -- day, hour, minute) in the task's time zone, in three parallel arrays;
--- numbers; currency-like codes (distinct). One statement, its plan kept;
+-- numbers; currency-like codes. One statement, its plan kept;
 -- every table read by the task's user (on Citus routed to the user's shard;
 -- change-log rows are the owner's: a table without an owner column counts
 -- the receipt's row).
@@ -451,22 +504,28 @@ BEGIN
     -- One pass over the values (each told apart as a timestamp, a number or a
     -- currency-like code, without regexes: the session's cache of compiled
     -- ones is kept for the claim patterns), aggregated with FILTER: fewer plan
-    -- nodes to set up on every reply than a query per kind of value.
+    -- nodes to set up on every reply than a query per kind of value. Each
+    -- step's change-log rows joined to it, each row's values with the
+    -- receipt's: a step with several changed rows repeats its receipt's
+    -- values, which changes no answer (the values are asked whether they hold
+    -- a time, a number or a code). Only a string starting with a digit is
+    -- asked whether it is a timestamp or a number.
     SELECT array_agg(v.t::date - (p_task.created_at AT TIME ZONE v_zone)::date) FILTER (WHERE v.t IS NOT NULL),
            array_agg(extract(HOUR FROM v.t)::integer) FILTER (WHERE v.t IS NOT NULL),
            array_agg(extract(MINUTE FROM v.t)::integer) FILTER (WHERE v.t IS NOT NULL),
            array_agg(v.s::numeric) FILTER (WHERE v.is_num),
-           coalesce(array_agg(DISTINCT upper(v.s)) FILTER (WHERE v.is_code), '{}')
+           -- (Not DISTINCT: a code is asked whether it is among them; sorting costs more.)
+           coalesce(array_agg(upper(v.s)) FILTER (WHERE v.is_code), '{}')
       INTO days, hhs, mis, nums, codes
       FROM (SELECT e.s,
                    -- A timestamp starts 9999-99-99T99:99.
-                   CASE WHEN e.t = 'string'
+                   CASE WHEN e.digit
                              AND translate(left(e.s, 16), '0123456789', '9999999999')
                                  IN ('9999-99-99T99:99', '9999-99-99 99:99')
                         THEN e.s::timestamptz AT TIME ZONE v_zone END AS t,
                    -- A number, or a string of 1 to 12 digits, then maybe a point and 1 to 4 digits.
                    e.t = 'number'
-                   OR (e.t = 'string' AND translate(e.s, '0123456789', '') IN ('', '.')
+                   OR (e.digit AND translate(e.s, '0123456789', '') IN ('', '.')
                        AND char_length(split_part(e.s, '.', 1)) BETWEEN 1 AND 12
                        AND (strpos(e.s, '.') = 0 OR char_length(split_part(e.s, '.', 2)) BETWEEN 1 AND 4)) AS is_num,
                    -- A currency-like code: three ASCII letters.
@@ -475,15 +534,14 @@ BEGIN
               FROM agentdb_private.steps AS s
              -- Every changed row's new and old values (the change log of the
              -- step), and the receipt's row.
-             CROSS JOIN LATERAL (
-                 SELECT x.r FROM agentdb_private.change_log AS c
-                  CROSS JOIN LATERAL unnest(ARRAY[c.new_row, c.old_row]) AS x (r)
-                  WHERE c.user_id = p_task.user_id AND c.task_id = p_task.id AND c.seq = s.seq
-                 UNION ALL
-                 SELECT s.receipt -> 'row') AS r (r)
+              LEFT JOIN agentdb_private.change_log AS c
+                     ON c.user_id = p_task.user_id AND c.task_id = p_task.id AND c.seq = s.seq
+             CROSS JOIN LATERAL unnest(ARRAY[c.new_row, c.old_row, s.receipt -> 'row']) AS x (r)
              -- (Only an object's values: jsonb_each of NULL is nothing.)
-             CROSS JOIN LATERAL (SELECT jsonb_typeof(j.value) AS t, j.value #>> '{}' AS s
-                                   FROM jsonb_each(CASE WHEN jsonb_typeof(r.r) = 'object' THEN r.r END) AS j) AS e
+             CROSS JOIN LATERAL (SELECT j.t, j.s, j.t = 'string' AND ascii(j.s) BETWEEN 48 AND 57 AS digit
+                                   FROM (SELECT jsonb_typeof(j.value) AS t, j.value #>> '{}' AS s
+                                           FROM jsonb_each(CASE WHEN jsonb_typeof(x.r) = 'object' THEN x.r END) AS j
+                                         OFFSET 0) AS j) AS e
              WHERE s.user_id = p_task.user_id AND s.task_id = p_task.id AND s.outcome = 'success'
                AND s.verified
             -- Not pulled up: each value is told apart once, not once per aggregate.
@@ -509,81 +567,17 @@ $$;
 --   hold a currency code.
 DROP FUNCTION IF EXISTS agentdb_private.facts_mismatch(agentdb_private.tasks, jsonb, jsonb, jsonb, boolean);
 DROP FUNCTION IF EXISTS agentdb_private.facts_mismatch(agentdb_private.tasks, text, jsonb, jsonb, jsonb, boolean);
--- Does a clause hold a claim (one of p_claims starts in it)?
-CREATE OR REPLACE FUNCTION agentdb_private.clause_claimed(p_clause jsonb, p_claims jsonb)
-RETURNS boolean
-LANGUAGE plpgsql STABLE
--- No SET clause: called by facts_mismatch only, under finalize_reply's pinned search_path.
-AS $$
-BEGIN
-    FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
-        IF (p_claims -> v_ki ->> 'start')::integer >= (p_clause ->> 'start')::integer
-            AND (p_claims -> v_ki ->> 'start')::integer < (p_clause ->> 'end')::integer THEN
-            RETURN true;
-        END IF;
-    END LOOP;
-    RETURN false;
-END
-$$;
+-- Whether a clause holds a claim, its facts and the day they name were
+-- asked of helper functions (clause_claimed, clause_reading, clause_when);
+-- facts_mismatch answers them in its own loop now.
+DROP FUNCTION IF EXISTS agentdb_private.clause_claimed(jsonb, jsonb);
+DROP FUNCTION IF EXISTS agentdb_private.clause_reading(text, jsonb, integer, jsonb);
 
--- The facts of clause p_index: those of a runtime's reading (p_facts), or
--- read here.
-CREATE OR REPLACE FUNCTION agentdb_private.clause_reading(
-    p_text text, p_clause jsonb, p_index integer, p_facts jsonb
-)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE
--- No SET clause: called by facts_mismatch only, under finalize_reply's pinned search_path.
-AS $$
-DECLARE
-    v_facts jsonb := '[]';
-BEGIN
-    IF p_facts IS NULL THEN
-        RETURN to_jsonb(agentdb_private.clause_facts(p_text, p_clause, p_index));
-    END IF;
-    FOR v_fi IN 0 .. jsonb_array_length(p_facts) - 1 LOOP
-        IF (p_facts -> v_fi ->> 'clause')::integer = p_index THEN
-            v_facts := v_facts || jsonb_build_array(p_facts -> v_fi);
-        END IF;
-    END LOOP;
-    RETURN v_facts;
-END
-$$;
-
--- The day and half of the day a clause's facts name, when they name one of
--- each (one value, however often); whether they name a time.
-CREATE OR REPLACE FUNCTION agentdb_private.clause_when(
-    p_facts jsonb, OUT day integer, OUT half text, OUT has_time boolean
-)
-LANGUAGE plpgsql STABLE
--- No SET clause: called by facts_mismatch only, under finalize_reply's pinned search_path.
-AS $$
-DECLARE
-    v_fact jsonb;
-    v_two_days boolean := false;
-    v_two_halves boolean := false;
-BEGIN
-    has_time := false;
-    FOR v_fi IN 0 .. jsonb_array_length(p_facts) - 1 LOOP
-        v_fact := p_facts -> v_fi;
-        IF v_fact ->> 'type' = 'time' THEN
-            has_time := true;
-        ELSIF v_fact ->> 'type' = 'day' AND v_fact ->> 'value' IS NOT NULL THEN
-            v_two_days := v_two_days OR (day IS NOT NULL AND day <> (v_fact ->> 'value')::integer);
-            day := coalesce(day, (v_fact ->> 'value')::integer);
-        ELSIF v_fact ->> 'type' = 'period' AND v_fact ->> 'tag' IS NOT NULL THEN
-            v_two_halves := v_two_halves OR (half IS NOT NULL AND half <> v_fact ->> 'tag');
-            half := coalesce(half, v_fact ->> 'tag');
-        END IF;
-    END LOOP;
-    day := CASE WHEN v_two_days THEN NULL ELSE day END;
-    half := CASE WHEN v_two_halves THEN NULL ELSE half END;
-END
-$$;
+DROP FUNCTION IF EXISTS agentdb_private.clause_when(jsonb);
 
 -- Why one fact of a clause (p_fact, among the clause's p_facts, on its day
 -- p_day and half p_half) is not what was written (p_written: written_values;
--- p_counts: books_counts), or NULL.
+-- p_counts: the counts facts_mismatch works out), or NULL.
 CREATE OR REPLACE FUNCTION agentdb_private.fact_mismatch(
     p_fact jsonb, p_facts jsonb, p_day integer, p_half text, p_has_time boolean, p_written record,
     p_counts integer[]
@@ -594,6 +588,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_h integer;
+    v_half text;
     v_hours integer [];
 BEGIN
     IF p_fact ->> 'type' = 'time' THEN
@@ -601,13 +596,20 @@ BEGIN
         IF v_h IS NULL OR v_h > 23 THEN
             RETURN NULL;
         END IF;
-        v_hours := CASE coalesce(p_fact ->> 'tag', p_half)
-            WHEN 'am' THEN ARRAY[v_h % 12]
-            WHEN 'pm' THEN ARRAY[CASE WHEN v_h < 12 THEN v_h + 12 ELSE v_h END]
-            WHEN 'noon' THEN ARRAY[CASE WHEN v_h < 6 THEN v_h + 12 ELSE v_h END]
-            ELSE CASE WHEN v_h > 12 OR p_fact ? 'value' AND p_fact ->> 'value' IS NOT NULL THEN ARRAY[v_h]
-                      ELSE ARRAY[v_h % 12, v_h % 12 + 12] END
-        END;
+        -- The hours it may be. (IF branches, not one CASE: an expression is set
+        -- up whole in each transaction, its untaken branches too.)
+        v_half := coalesce(p_fact ->> 'tag', p_half);
+        IF v_half = 'am' THEN
+            v_hours := ARRAY[v_h % 12];
+        ELSIF v_half = 'pm' THEN
+            v_hours := ARRAY[CASE WHEN v_h < 12 THEN v_h + 12 ELSE v_h END];
+        ELSIF v_half = 'noon' THEN
+            v_hours := ARRAY[CASE WHEN v_h < 6 THEN v_h + 12 ELSE v_h END];
+        ELSIF v_h > 12 OR p_fact ? 'value' AND p_fact ->> 'value' IS NOT NULL THEN
+            v_hours := ARRAY[v_h];
+        ELSE
+            v_hours := ARRAY[v_h % 12, v_h % 12 + 12];
+        END IF;
         FOR v_wi IN 1 .. coalesce(cardinality(p_written.hhs), 0) LOOP
             IF p_written.hhs[v_wi] = ANY (v_hours) AND p_written.mis[v_wi] = coalesce((p_fact ->> 'm')::integer, 0)
                 AND (p_day IS NULL OR p_written.days[v_wi] = p_day) THEN
@@ -650,6 +652,10 @@ BEGIN
 END
 $$;
 
+-- facts_mismatch (described above fact_mismatch) runs some 80 lines long: it
+-- answers in its own loop what four helper functions did (whether a clause
+-- holds a claim, its facts, the day they name, the counts), each call of which
+-- was a function's set-up on every reply.
 CREATE OR REPLACE FUNCTION agentdb_private.facts_mismatch(
     p_task agentdb_private.tasks, p_books record, p_text text, p_clauses jsonb, p_facts jsonb, p_claims jsonb,
     p_only_claims boolean
@@ -660,8 +666,14 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_clause jsonb;
+    v_src jsonb;
+    v_fact jsonb;
     v_facts jsonb;
-    v_when record;
+    v_wday integer;
+    v_half text;
+    v_has_time boolean;
+    v_two_days boolean;
+    v_two_halves boolean;
     v_day integer;
     v_prev_day integer;
     v_prev_index integer := -2;
@@ -674,33 +686,73 @@ BEGIN
     IF p_facts IS NOT NULL AND (jsonb_typeof(p_facts) IS DISTINCT FROM 'array' OR jsonb_array_length(p_facts) = 0) THEN
         RETURN NULL;
     END IF;
-    -- Loops over indexes, not queries, where they can: each query of a
-    -- function is an executor run of its own, and this runs on every reply.
+    -- Loops over indexes, not queries, and no helper function per clause:
+    -- each query is an executor run of its own, each call a function's set
+    -- up, and this runs on every reply.
     FOR v_index IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
         v_clause := p_clauses -> v_index;
-        -- Does the clause hold a claim? The detector, which knows questions and
-        -- offers, read it as saying something was done: its facts count even
-        -- when a word of it reads as an offer ("我帮你改约到了下午4点").
-        v_claimed := agentdb_private.clause_claimed(v_clause, p_claims);
+        -- Does the clause hold a claim (one starts in it)? The detector, which
+        -- knows questions and offers, read it as saying something was done: its
+        -- facts count even when a word of it reads as an offer ("我帮你改约到了下午4点").
+        v_claimed := false;
+        FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
+            IF (p_claims -> v_ki ->> 'start')::integer >= (v_clause ->> 'start')::integer
+                AND (p_claims -> v_ki ->> 'start')::integer < (v_clause ->> 'end')::integer THEN
+                v_claimed := true;
+                EXIT;
+            END IF;
+        END LOOP;
         CONTINUE WHEN p_only_claims AND NOT v_claimed;
         CONTINUE WHEN NOT v_claimed AND agentdb_private.clause_has(p_text, v_clause, 'nonstating');
-        v_facts := agentdb_private.clause_reading(p_text, v_clause, v_index, p_facts);
+        -- The clause's facts: those of a runtime's reading, or read here; and
+        -- the day and half of the day they name, when they name one of each
+        -- (one value, however often), and whether they name a time.
+        v_src := CASE WHEN p_facts IS NULL THEN to_jsonb(agentdb_private.clause_facts(p_text, v_clause, v_index))
+                      ELSE p_facts END;
+        v_facts := '[]';
+        v_wday := NULL;
+        v_half := NULL;
+        v_has_time := false;
+        v_two_days := false;
+        v_two_halves := false;
+        FOR v_fi IN 0 .. jsonb_array_length(v_src) - 1 LOOP
+            v_fact := v_src -> v_fi;
+            CONTINUE WHEN p_facts IS NOT NULL AND NOT coalesce((v_fact ->> 'clause')::integer = v_index, false);
+            v_facts := v_facts || jsonb_build_array(v_fact);
+            IF v_fact ->> 'type' = 'time' THEN
+                v_has_time := true;
+            ELSIF v_fact ->> 'type' = 'day' AND v_fact ->> 'value' IS NOT NULL THEN
+                v_two_days := v_two_days OR (v_wday IS NOT NULL AND v_wday <> (v_fact ->> 'value')::integer);
+                v_wday := coalesce(v_wday, (v_fact ->> 'value')::integer);
+            ELSIF v_fact ->> 'type' = 'period' AND v_fact ->> 'tag' IS NOT NULL THEN
+                v_two_halves := v_two_halves OR (v_half IS NOT NULL AND v_half <> v_fact ->> 'tag');
+                v_half := coalesce(v_half, v_fact ->> 'tag');
+            END IF;
+        END LOOP;
         CONTINUE WHEN jsonb_array_length(v_facts) = 0;
-        -- What the verified steps wrote, read once, when the first fact needs it.
+        -- What the verified steps wrote, read once, when the first fact needs
+        -- it; and the counts a reply may name: the number of verified steps,
+        -- their affected rows, and each one's.
         IF NOT v_read THEN
             v_read := true;
             v_written := agentdb_private.written_values(p_task);
-            v_counts := agentdb_private.books_counts(p_books);
+            v_counts := ARRAY[0, 0];
+            FOR v_i IN 1 .. coalesce(cardinality(p_books.ok), 0) LOOP
+                CONTINUE WHEN NOT p_books.ok[v_i];
+                v_counts := ARRAY[v_counts[1] + 1, v_counts[2] + coalesce(p_books.affected[v_i], 0)]
+                    || v_counts[3:] || p_books.affected[v_i];
+            END LOOP;
         END IF;
-        v_when := agentdb_private.clause_when(v_facts);
         -- A clause that names only times takes the day of the clause before it
         -- when that one named only a day ("When: tomorrow, 08:00").
-        v_day := CASE WHEN v_when.day IS NULL AND v_prev_index = v_index - 1 THEN v_prev_day ELSE v_when.day END;
-        v_prev_day := CASE WHEN NOT v_when.has_time THEN v_day END;
+        v_wday := CASE WHEN v_two_days THEN NULL ELSE v_wday END;
+        v_half := CASE WHEN v_two_halves THEN NULL ELSE v_half END;
+        v_day := CASE WHEN v_wday IS NULL AND v_prev_index = v_index - 1 THEN v_prev_day ELSE v_wday END;
+        v_prev_day := CASE WHEN NOT v_has_time THEN v_day END;
         v_prev_index := v_index;
         FOR v_fi IN 0 .. jsonb_array_length(v_facts) - 1 LOOP
-            v_reason := agentdb_private.fact_mismatch(v_facts -> v_fi, v_facts, v_day, v_when.half,
-                                                      v_when.has_time, v_written, v_counts);
+            v_reason := agentdb_private.fact_mismatch(v_facts -> v_fi, v_facts, v_day, v_half,
+                                                      v_has_time, v_written, v_counts);
             IF v_reason IS NOT NULL THEN
                 RETURN v_reason;
             END IF;
@@ -758,6 +810,8 @@ DECLARE
     v_stated integer;
     v_at integer;
     v_governs text;
+    v_gat integer;
+    v_marked boolean;
 BEGIN
     IF p_text IS NULL THEN
         RETURN NULL;
@@ -777,17 +831,33 @@ BEGIN
     -- language is built once, when the patterns are loaded (claim_doc_compiled's
     -- "governs"): its leftmost match is the first place any of them matches.
     v_clause := agentdb_private.clause_text(p_text, p_clause);
+    v_marked := strpos(v_clause, E'\x01') = 0;
     FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
         v_stated := array_position(((agentdb_private.claim_langs_compiled())[v_li]).label_names, 'stated');
         CONTINUE WHEN v_stated IS NULL;
         CONTINUE WHEN ((agentdb_private.claim_langs_compiled())[v_li]).script IS NOT NULL
             AND NOT regexp_like(v_clause, ((agentdb_private.claim_langs_compiled())[v_li]).script);
         v_subject := agentdb_private.fold_for(v_li, v_clause);
-        v_at := regexp_instr(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).label_res[v_stated]);
+        -- Where the first match starts: the first match made a mark character
+        -- (one search; regexp_instr finds every match), or regexp_instr where
+        -- the clause holds the mark.
+        IF v_marked THEN
+            v_at := strpos(regexp_replace(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).label_res[v_stated],
+                                          E'\x01', 1, 1), E'\x01');
+        ELSE
+            v_at := regexp_instr(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).label_res[v_stated]);
+        END IF;
         CONTINUE WHEN v_at = 0;
         v_governs := agentdb_private.claim_doc_compiled() -> 'governs'
                      ->> ((agentdb_private.claim_langs_compiled())[v_li]).lang;
-        IF v_governs IS NULL OR NOT regexp_instr(v_subject, v_governs) BETWEEN 1 AND v_at - 1 THEN
+        IF v_governs IS NULL THEN
+            RETURN 'states';
+        ELSIF v_marked THEN
+            v_gat := strpos(regexp_replace(v_subject, v_governs, E'\x01', 1, 1), E'\x01');
+        ELSE
+            v_gat := regexp_instr(v_subject, v_governs);
+        END IF;
+        IF NOT v_gat BETWEEN 1 AND v_at - 1 THEN
             RETURN 'states';
         END IF;
     END LOOP;

@@ -366,16 +366,23 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE
 -- No SET clause: called by gate_read only, under finalize_reply's pinned search_path.
 AS $$
+DECLARE
+    v_c jsonb;
+    v_out jsonb := '[]';
 BEGIN
-    RETURN (
-        SELECT coalesce(jsonb_agg(jsonb_build_object(
-                   'kind', agentdb_private.claim_kind(c ->> 'kind'),
-                   'text', left(CASE WHEN jsonb_typeof(c) = 'object' THEN c ->> 'text' ELSE c #>> '{}' END, 500),
-                   'tool', CASE WHEN jsonb_typeof(c) = 'object' THEN left(c ->> 'tool', 200) END)
-                   || CASE WHEN jsonb_typeof(c) = 'object'
-                            AND agentdb_private.claim_doc_compiled() -> 'classes' -> 'names' ? (c ->> 'class')
-                           THEN jsonb_build_object('class', c ->> 'class') ELSE '{}'::jsonb END), '[]')
-          FROM jsonb_array_elements(p_claims) AS c);
+    -- One claim after another, without a query: a query's executor run per
+    -- reply costs more than the claims' own work.
+    FOR v_i IN 0 .. jsonb_array_length(p_claims) - 1 LOOP
+        v_c := p_claims -> v_i;
+        v_out := v_out || jsonb_build_array(jsonb_build_object(
+                     'kind', agentdb_private.claim_kind(v_c ->> 'kind'),
+                     'text', left(CASE WHEN jsonb_typeof(v_c) = 'object' THEN v_c ->> 'text' ELSE v_c #>> '{}' END, 500),
+                     'tool', CASE WHEN jsonb_typeof(v_c) = 'object' THEN left(v_c ->> 'tool', 200) END)
+                     || CASE WHEN jsonb_typeof(v_c) = 'object'
+                              AND agentdb_private.claim_doc_compiled() -> 'classes' -> 'names' ? (v_c ->> 'class')
+                             THEN jsonb_build_object('class', v_c ->> 'class') ELSE '{}'::jsonb END);
+    END LOOP;
+    RETURN v_out;
 END
 $$;
 
@@ -386,19 +393,31 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE
 -- No SET clause: called by gate_read only, under finalize_reply's pinned search_path.
 AS $$
+DECLARE
+    v_c jsonb;
+    v_out jsonb := '[]';
 BEGIN
-    RETURN (
-        SELECT coalesce(jsonb_agg(jsonb_build_object(
-                   'kind', agentdb_private.claim_kind(c ->> 'kind'),
-                   'text', left(c ->> 'text', 500),
-                   'start', CASE WHEN jsonb_typeof(c -> 'start') = 'number'
-                                  AND (c -> 'start')::numeric BETWEEN 0 AND 100000 THEN (c -> 'start')::numeric::int END,
-                   'end', CASE WHEN jsonb_typeof(c -> 'end') = 'number'
-                                AND (c -> 'end')::numeric BETWEEN 0 AND 100000 THEN (c -> 'end')::numeric::int END,
-                   'lang', left(c ->> 'lang', 16))
-                   || CASE WHEN agentdb_private.claim_doc_compiled() -> 'classes' -> 'names' ? (c ->> 'class')
-                           THEN jsonb_build_object('class', c ->> 'class') ELSE '{}'::jsonb END ORDER BY n), '[]')
-          FROM jsonb_array_elements(p_claims) WITH ORDINALITY AS x (c, n));
+    -- One claim after another, in their order, without a query (as
+    -- declared_claims). An offset is kept when it is a number from 0 to
+    -- 100000: one JSON path each (strict, silent: nothing for a claim that is
+    -- no object, or an offset that is no number), fewer functions to set up
+    -- on every reply than jsonb_typeof, casts and comparisons.
+    FOR v_i IN 0 .. jsonb_array_length(p_claims) - 1 LOOP
+        v_c := p_claims -> v_i;
+        v_out := v_out || jsonb_build_array(jsonb_build_object(
+                     'kind', agentdb_private.claim_kind(v_c ->> 'kind'),
+                     'text', left(v_c ->> 'text', 500),
+                     'start', jsonb_path_query_first(
+                         v_c, 'strict $.start ? (@.type() == "number" && @ >= 0 && @ <= 100000)', '{}', true
+                     )::numeric::int,
+                     'end', jsonb_path_query_first(
+                         v_c, 'strict $.end ? (@.type() == "number" && @ >= 0 && @ <= 100000)', '{}', true
+                     )::numeric::int,
+                     'lang', left(v_c ->> 'lang', 16))
+                     || CASE WHEN agentdb_private.claim_doc_compiled() -> 'classes' -> 'names' ? (v_c ->> 'class')
+                             THEN jsonb_build_object('class', v_c ->> 'class') ELSE '{}'::jsonb END);
+    END LOOP;
+    RETURN v_out;
 END
 $$;
 
@@ -478,10 +497,17 @@ BEGIN
     -- spaces), on either path. A text holding a letter or a Chinese character
     -- is not empty once normalised (nothing deletes one): it needs no
     -- normalising here.
-    IF p_model_text IS NULL OR p_model_text !~ '[^[:space:]]' THEN
+    -- (A text holding a letter holds something other than spaces: the second
+    -- regex is asked only of a text without one. Both regexes are those of
+    -- the languages' scripts, '[A-Za-z]' and '[一-鿿]': the same entries of the
+    -- session's cache of 32 compiled regexes, which the claim patterns fill.)
+    IF p_model_text IS NULL THEN
         RETURN 'empty reply';
     END IF;
-    IF p_model_text !~ '[A-Za-z一-鿿]' THEN
+    IF NOT (p_model_text ~ '[A-Za-z]' OR p_model_text ~ '[一-鿿]') THEN
+        IF p_model_text !~ '[^[:space:]]' THEN
+            RETURN 'empty reply';
+        END IF;
         v_norm := coalesce(v_norm, agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply())));
         IF coalesce(v_norm, '') !~ '[^[:space:]]' THEN
             RETURN 'empty reply';

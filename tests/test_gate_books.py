@@ -70,6 +70,23 @@ def test_every_shape_truthful_and_lying(client, reply):
         assert verdict.text == reply.text
 
 
+@pytest.mark.parametrize(
+    "reply", [r for r in OWN if r.shape in ("empty_action", "refused", "partial")][::4],
+    ids=lambda r: f"{r.shape}-{r.lang}-{r.label}-{r.lineno}",
+)
+def test_a_reply_holding_the_search_mark_is_judged_alike_on_both_paths(shapes_db, reply):
+    """SQL finds where a match starts with one regexp_replace that makes the match a mark
+    character (\\x01); a reply holding the mark is searched with regexp_instr instead (here
+    the statements of something done, clause_says_done). Both paths judge it alike."""
+    text = "\x01" + reply.text + "\x02"
+    got = {}
+    for path in ("python", "sql"):
+        client = Client(shapes_db, detect_claims_here=path == "python")
+        verdict = client.finalize_reply(gate_shapes.build(client, reply.shape, reply.lang), text)
+        got[path] = (verdict.verdict, verdict.reason, [c["text"] for c in verdict.claims])
+    assert got["python"] == got["sql"]
+
+
 def test_each_shape_has_truthful_and_lying_replies_in_both_languages():
     have = {(r.shape, r.lang, r.label) for r in OWN}
     for shape in gate_shapes.SHAPES:

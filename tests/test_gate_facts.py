@@ -68,6 +68,14 @@ def test_python_and_sql_read_replies_alike(db):
         "£89.00 and ¥8.90",
         "明早8点半,后天晚上九点",
     ]
+    # SQL finds a match's place with one regexp_replace that makes the match a mark character
+    # (\x01, the groups between \x01 and \x02); a text holding a mark is searched with
+    # regexp_instr and regexp_substr instead: the same readings.
+    texts += [
+        "\x01 I've set a reminder for 8am tomorrow and booked court 3 for £89.00.",
+        "已为您设置明天早上8点的提醒\x02,共3条,八十九元",
+        "Done\x01 — moved both reminders from 8am to 9:30pm tomorrow\x02",
+    ]
     rows = db.execute(
         "SELECT agentdb.read_reply(t.x) FROM unnest(%s::text[]) WITH ORDINALITY AS t (x, i) ORDER BY t.i",
         (texts,),
