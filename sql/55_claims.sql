@@ -85,12 +85,28 @@ AS $$
                 ELSE ARRAY['create', 'update', 'delete', 'done'] END
 $$;
 
+-- The labels of a document that name a thing of a class (topic_<class>), in
+-- any language.
+CREATE OR REPLACE FUNCTION agentdb_private.topic_labels(p_doc jsonb)
+RETURNS SETOF text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT DISTINCT k.k
+      FROM jsonb_each(coalesce(p_doc -> 'languages', '{}')) AS l
+     CROSS JOIN LATERAL jsonb_object_keys(CASE WHEN jsonb_typeof(l.value -> 'labels') = 'object'
+                                               THEN l.value -> 'labels' ELSE '{}' END) AS k (k)
+     WHERE k.k LIKE 'topic\_%'
+$$;
+
 -- The sets of labels the gate asks a clause about (agentdb_private.clause_has),
 -- each with its label names, sorted: ack, ack_all and action alone; nonstating
 -- (a question, an offer or a condition: a clause that states no fact); also
 -- (a clause that names another thing: "other", "too", 其他, 也); and
 -- per state of accept (troubled, empty_action) its needs, and the rest of what
--- it accepts (without ack, asked on its own, and the pseudo-label inert).
+-- it accepts (without ack, asked on its own, and the pseudo-label inert); and
+-- the things a clause names (labels topic_<class>: "reminder", "court"), each
+-- alone and all of them as topic.
 CREATE OR REPLACE FUNCTION agentdb_private.label_sets(p_doc jsonb)
 RETURNS TABLE (name text, labels text[])
 LANGUAGE sql IMMUTABLE
@@ -110,6 +126,10 @@ AS $$
                   WHERE a NOT IN ('ack', 'inert') AND NOT coalesce(p_doc -> 'needs' -> st.state, '[]') ? a
                   ORDER BY a COLLATE "C")
       FROM unnest(ARRAY['troubled', 'empty_action']) AS st (state)
+    UNION ALL
+    SELECT 'topic', ARRAY(SELECT t.t FROM agentdb_private.topic_labels(p_doc) AS t (t) ORDER BY t.t COLLATE "C")
+    UNION ALL
+    SELECT t.t, ARRAY[t.t] FROM agentdb_private.topic_labels(p_doc) AS t (t)
 $$;
 
 -- Each claim pattern of a document with its language, kind, place and guard:

@@ -214,6 +214,112 @@ BEGIN
 END
 $$;
 
+-- The classes of the things a clause names (its labels topic_<class>:
+-- "reminder", "闹钟" name set; "court", "3号场" name book), sorted.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_topics(p_text text, p_clause jsonb)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
+AS $$
+DECLARE
+    v_rules agentdb_private.claim_langs [] := agentdb_private.claim_langs_compiled();
+    v_out text [] := '{}';
+    v_topic text;
+BEGIN
+    IF p_clause IS NULL OR cardinality(v_rules) = 0
+        OR NOT agentdb_private.clause_has(p_text, p_clause, 'topic') THEN
+        RETURN v_out;
+    END IF;
+    FOREACH v_topic IN ARRAY string_to_array(
+            v_rules[1].set_labels[array_position(v_rules[1].set_names, 'topic')], ',') LOOP
+        IF agentdb_private.clause_has(p_text, p_clause, v_topic) THEN
+            v_out := v_out || substr(v_topic, 7);
+        END IF;
+    END LOOP;
+    RETURN v_out;
+END
+$$;
+
+-- In a troubled task, the class of the verified step a clause speaks of, by
+-- the things it names, or NULL: a clause that states a success in words that
+-- name no class ("Reminder is in place", "提醒弄好了", "Reminder — done.")
+-- is about the reminder that was set, not the court that was not booked.
+-- Every thing it names must be of a class a verified step backs, and a class
+-- its words name (the lexicon) must be backed too. A clause that names no
+-- thing takes the things of the clause before it on the same line
+-- ("Reminder — done."), or, when a colon ends it, those of the clause after it
+-- ("Done: reminder for 8am").
+CREATE OR REPLACE FUNCTION agentdb_private.clause_topic(p_text text, p_clauses jsonb, p_ci integer, p_books record)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
+AS $$
+DECLARE
+    v_clause jsonb := p_clauses -> p_ci;
+    v_before jsonb := CASE WHEN p_ci > 0 THEN p_clauses -> (p_ci - 1) END;
+    v_after jsonb := p_clauses -> (p_ci + 1);
+    v_class text;
+    v_named text [];
+BEGIN
+    IF p_text IS NULL OR v_clause IS NULL OR p_books.failed >= p_books.steps THEN
+        RETURN NULL;
+    END IF;
+    v_class := agentdb_private.clause_class(p_text, v_clause);
+    IF v_class IS NOT NULL AND agentdb_private.books_capacity(p_books, v_class, NULL) = 0 THEN
+        RETURN NULL;
+    END IF;
+    v_named := agentdb_private.clause_topics(p_text, v_clause);
+    IF cardinality(v_named) = 0 AND v_before IS NOT NULL
+        AND strpos(substr(p_text, (v_before ->> 'end')::integer + 1,
+                          (v_clause ->> 'start')::integer - (v_before ->> 'end')::integer), E'\n') = 0 THEN
+        v_named := agentdb_private.clause_topics(p_text, v_before);
+    END IF;
+    IF cardinality(v_named) = 0 AND v_after IS NOT NULL
+        AND substr(p_text, (v_clause ->> 'end')::integer + 1, 1) IN (':', '：') THEN
+        v_named := agentdb_private.clause_topics(p_text, v_after);
+    END IF;
+    IF cardinality(v_named) = 0 OR EXISTS (
+            SELECT 1 FROM unnest(v_named) AS t (t) WHERE agentdb_private.books_capacity(p_books, t.t, NULL) = 0) THEN
+        RETURN NULL;
+    END IF;
+    RETURN v_named[1];
+END
+$$;
+
+-- In a troubled task, a generic claim of something done ("提醒弄好了",
+-- "Reminder — done.", "Done: reminder for 8am") speaks of the verified step
+-- the things of its clause name (clause_topic): it takes that step's class,
+-- instead of done (which every step would have to back).
+CREATE OR REPLACE FUNCTION agentdb_private.claims_on_topic(p_text text, p_clauses jsonb, p_claims jsonb, p_books record)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by finalize_reply only, with a pinned search_path.
+AS $$
+DECLARE
+    v_claim jsonb;
+    v_class text;
+    v_out jsonb := '[]';
+BEGIN
+    FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
+        v_claim := p_claims -> v_ki;
+        IF coalesce(v_claim ->> 'class', v_claim ->> 'kind') = 'done' AND v_claim ? 'start' THEN
+            v_class := NULL;
+            FOR v_ci IN 0 .. jsonb_array_length(p_clauses) - 1 LOOP
+                IF (p_clauses -> v_ci ->> 'start')::integer <= (v_claim ->> 'start')::integer
+                    AND (v_claim ->> 'start')::integer < (p_clauses -> v_ci ->> 'end')::integer THEN
+                    v_class := agentdb_private.clause_topic(p_text, p_clauses, v_ci, p_books);
+                    EXIT;
+                END IF;
+            END LOOP;
+            v_claim := v_claim || CASE WHEN v_class IS NOT NULL THEN jsonb_build_object('class', v_class)
+                                       ELSE '{}' END;
+        END IF;
+        v_out := v_out || jsonb_build_array(v_claim);
+    END LOOP;
+    RETURN v_out;
+END
+$$;
+
 -- Why a reply may not be delivered in a troubled task or an empty action turn
 -- (reason), or NULL when it may. Fail closed by positive recognition: every
 -- clause must carry a label the document's "accept" lists for the state; in a
@@ -289,6 +395,10 @@ BEGIN
         END IF;
         IF NOT v_ok AND p_state = 'troubled' AND p_text IS NOT NULL THEN
             v_class := agentdb_private.clause_class(p_text, v_clause);
+            IF v_class IS NULL OR agentdb_private.books_capacity(p_books, v_class, NULL) = 0 THEN
+                -- Or what the things it names say it speaks of.
+                v_class := agentdb_private.clause_topic(p_text, p_clauses, v_ci, p_books);
+            END IF;
             IF v_class IS NOT NULL AND agentdb_private.books_capacity(p_books, v_class, NULL) > 0 THEN
                 v_ok := true;
                 implied := implied || jsonb_build_array(jsonb_build_object(
@@ -601,6 +711,15 @@ BEGIN
 
     v_read := agentdb_private.gate_read(finalize_core.model_text, finalize_core.claims);
     v_books := agentdb_private.task_books(v_task.user_id, v_task.id);
+    -- A troubled task with a verified step: a generic "done" speaks of the step
+    -- its clause's things name (claims_on_topic).
+    IF v_books.state = 'troubled' AND v_books.failed < v_books.steps AND v_read.clauses IS NOT NULL
+        AND EXISTS (SELECT 1 FROM jsonb_array_elements(v_read.claims) AS k
+                     WHERE coalesce(k ->> 'class', k ->> 'kind') = 'done') THEN
+        v_read.norm := coalesce(v_read.norm, agentdb_private.normalise_reply(
+            left(finalize_core.model_text, agentdb_private.max_reply())));
+        v_read.claims := agentdb_private.claims_on_topic(v_read.norm, v_read.clauses, v_read.claims, v_books);
+    END IF;
     v_pending := agentdb_private.books_pending(v_books, v_read.claims);
     RETURN agentdb_private.gate_record(v_task, v_books, v_read, v_pending,
                                        agentdb_private.gate_reason(v_task, v_books, v_read, v_pending,
