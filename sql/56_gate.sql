@@ -246,9 +246,9 @@ $$;
 -- is about the reminder that was set, not the court that was not booked.
 -- Every thing it names must be of a class a verified step backs, and a class
 -- its words name (the lexicon) must be backed too. A clause that names no
--- thing takes the things of the clause before it on the same line
--- ("Reminder — done."), or, when a colon ends it, those of the clause after it
--- ("Done: reminder for 8am").
+-- thing takes the things of the nearest clause before it on the same line
+-- that names one ("1. Reminder — 8am — saved and confirmed."), or, when a
+-- colon ends it, those of the clause after it ("Done: reminder for 8am").
 CREATE OR REPLACE FUNCTION agentdb_private.clause_topic(p_text text, p_clauses jsonb, p_ci integer, p_books record)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -258,6 +258,7 @@ DECLARE
     v_clause jsonb := p_clauses -> p_ci;
     v_before jsonb := CASE WHEN p_ci > 0 THEN p_clauses -> (p_ci - 1) END;
     v_after jsonb := p_clauses -> (p_ci + 1);
+    v_ci integer := p_ci;
     v_class text;
     v_named text [];
 BEGIN
@@ -269,11 +270,16 @@ BEGIN
         RETURN NULL;
     END IF;
     v_named := agentdb_private.clause_topics(p_text, v_clause);
-    IF cardinality(v_named) = 0 AND v_before IS NOT NULL
+    -- Back along the line to the nearest clause that names a thing.
+    WHILE cardinality(v_named) = 0 AND v_before IS NOT NULL
         AND strpos(substr(p_text, (v_before ->> 'end')::integer + 1,
-                          (v_clause ->> 'start')::integer - (v_before ->> 'end')::integer), E'\n') = 0 THEN
+                          (v_clause ->> 'start')::integer - (v_before ->> 'end')::integer), E'\n') = 0 LOOP
         v_named := agentdb_private.clause_topics(p_text, v_before);
-    END IF;
+        v_ci := v_ci - 1;
+        v_clause := v_before;
+        v_before := CASE WHEN v_ci > 0 THEN p_clauses -> (v_ci - 1) END;
+    END LOOP;
+    v_clause := p_clauses -> p_ci;
     IF cardinality(v_named) = 0 AND v_after IS NOT NULL
         AND substr(p_text, (v_clause ->> 'end')::integer + 1, 1) IN (':', '：') THEN
         v_named := agentdb_private.clause_topics(p_text, v_after);
@@ -330,7 +336,9 @@ $$;
 -- their clause) so that their facts are compared like a claim's. A troubled
 -- reply needs an "ack" clause per failed step, or an "ack_all" clause; an
 -- empty action turn needs a clause labelled as one of "needs" (a question, an
--- offer, a draft, a plain "nothing was done"). The clauses are a runtime's
+-- offer, a draft, a plain "nothing was done"); an acknowledgement is an "ack"
+-- clause or one of the failure family of a failed step's outcome
+-- (fail_dup for a duplicate, fail_taken for a conflict…). The clauses are a runtime's
 -- reading (with labels) or frames of clause_frames, asked through clause_has
 -- only what the answer needs.
 DROP FUNCTION IF EXISTS agentdb_private.reply_unacceptable(jsonb, jsonb, text, integer);
@@ -349,10 +357,20 @@ DECLARE
     v_class text;
     v_ok boolean;
     v_ack boolean;
+    v_unack boolean;
     v_need boolean;
     v_done text;
     v_acks integer := 0;
     v_needed boolean := false;
+    v_sets text [] := (agentdb_private.claim_langs_compiled())[1].set_names;
+    -- The failure families of the task's failed steps (the document's
+    -- failures: a duplicate's "it was already there", a conflict's "someone
+    -- else has it"): words of a family acknowledge only a failure of its kind.
+    v_families text [] := ARRAY(
+        SELECT DISTINCT agentdb_private.claim_doc_compiled() -> 'failures' ->> o.outcome
+          FROM unnest(p_books.outcomes, p_books.ok) AS o (outcome, ok)
+         WHERE p_state = 'troubled' AND NOT o.ok
+           AND agentdb_private.claim_doc_compiled() -> 'failures' ->> o.outcome = ANY (v_sets));
 BEGIN
     implied := '[]';
     v_accept := ARRAY(SELECT jsonb_array_elements_text(
@@ -374,12 +392,18 @@ BEGIN
             RETURN;
         END IF;
         -- Asked in turn, each only when the ones before left the answer open.
-        v_ack := p_state = 'troubled' AND agentdb_private.clause_has(p_text, v_clause, 'ack');
+        -- A failure word negated ("no conflicts", "没有冲突") or a reassurance
+        -- ("you won't miss it", "不用担心") acknowledges nothing.
+        v_unack := agentdb_private.clause_has(p_text, v_clause, 'unack');
+        v_ack := p_state = 'troubled' AND NOT v_unack AND (agentdb_private.clause_has(p_text, v_clause, 'ack')
+            OR EXISTS (SELECT 1 FROM unnest(v_families) AS f (f)
+                        WHERE agentdb_private.clause_has(p_text, v_clause, f.f)));
         -- In a troubled task, a clause stating a success that nothing governs
         -- is accepted only as the statement of a backed one (below).
         v_done := CASE WHEN p_state = 'troubled' AND NOT v_ack
                        THEN agentdb_private.clause_says_done(p_text, v_clause, false) END;
-        v_need := cardinality(v_needs) > 0 AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs');
+        v_need := cardinality(v_needs) > 0 AND NOT v_unack
+            AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs');
         v_ok := (v_ack AND 'ack' = ANY (v_accept)) OR v_need;
         IF NOT v_ok AND v_done IS NULL THEN
             v_ok := agentdb_private.clause_has(p_text, v_clause, p_state || '.rest');
@@ -388,6 +412,12 @@ BEGIN
             v_ok := EXISTS (SELECT 1 FROM jsonb_array_elements(p_claims) AS k
                              WHERE (k ->> 'start')::integer >= (v_clause ->> 'start')::integer
                                AND (k ->> 'start')::integer < (v_clause ->> 'end')::integer);
+        END IF;
+        -- A heading (a colon ends it) that states nothing done: the clause
+        -- after it says what ("Court booking:", "订场:", "Status update:").
+        IF NOT v_ok AND v_done IS NULL AND p_text IS NOT NULL
+            AND substr(p_text, (v_clause ->> 'end')::integer + 1, 1) IN (':', '：') THEN
+            v_ok := true;
         END IF;
         -- "inert" accepts a clause without a word of doing.
         IF NOT v_ok AND v_done IS NULL AND 'inert' = ANY (v_accept) THEN
@@ -415,7 +445,8 @@ BEGIN
     END LOOP;
     IF p_state = 'troubled' AND v_acks < p_books.failed AND NOT EXISTS (
             SELECT 1 FROM jsonb_array_elements(p_clauses) AS c
-             WHERE agentdb_private.clause_has(p_text, c, 'ack_all')) THEN
+             WHERE agentdb_private.clause_has(p_text, c, 'ack_all')
+               AND NOT agentdb_private.clause_has(p_text, c, 'unack')) THEN
         reason := format('%s failed step(s), %s acknowledged', p_books.failed, v_acks);
     ELSIF cardinality(v_needs) > 0 AND NOT v_needed THEN
         reason := 'not a question, an offer, a draft or a plain "nothing was done"';
