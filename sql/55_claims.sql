@@ -105,7 +105,8 @@ $$;
 -- each with its label names, sorted: ack, ack_all, unack and action alone; nonstating
 -- (a question, an offer or a condition: a clause that states no fact); also
 -- (a clause that names another thing: "other", "too", 其他, 也); and
--- per state of accept (troubled, empty_action) its needs, and the rest of what
+-- per state of accept (troubled, empty_action) its needs (and its needs but
+-- ack, for a clause whose ack is negated: unack), and the rest of what
 -- it accepts (without ack, asked on its own, and the pseudo-label inert); and
 -- the things a clause names (labels topic_<class>: "reminder", "court"), each
 -- alone and all of them as topic; and each failure family (fail_<family>).
@@ -122,6 +123,11 @@ AS $$
     SELECT st.state || '.needs',
            ARRAY(SELECT n FROM jsonb_array_elements_text(coalesce(p_doc -> 'needs' -> st.state, '[]')) AS n
                   ORDER BY n COLLATE "C")
+      FROM unnest(ARRAY['troubled', 'empty_action']) AS st (state)
+    UNION ALL
+    SELECT st.state || '.needs_noack',
+           ARRAY(SELECT n FROM jsonb_array_elements_text(coalesce(p_doc -> 'needs' -> st.state, '[]')) AS n
+                  WHERE n <> 'ack' ORDER BY n COLLATE "C")
       FROM unnest(ARRAY['troubled', 'empty_action']) AS st (state)
     UNION ALL
     SELECT st.state || '.rest',

@@ -402,8 +402,9 @@ BEGIN
         -- is accepted only as the statement of a backed one (below).
         v_done := CASE WHEN p_state = 'troubled' AND NOT v_ack
                        THEN agentdb_private.clause_says_done(p_text, v_clause, false) END;
-        v_need := cardinality(v_needs) > 0 AND NOT v_unack
-            AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs');
+        v_need := cardinality(v_needs) > 0
+            AND agentdb_private.clause_has(p_text, v_clause,
+                                           p_state || CASE WHEN v_unack THEN '.needs_noack' ELSE '.needs' END);
         v_ok := (v_ack AND 'ack' = ANY (v_accept)) OR v_need;
         IF NOT v_ok AND v_done IS NULL THEN
             v_ok := agentdb_private.clause_has(p_text, v_clause, p_state || '.rest');
@@ -413,11 +414,16 @@ BEGIN
                              WHERE (k ->> 'start')::integer >= (v_clause ->> 'start')::integer
                                AND (k ->> 'start')::integer < (v_clause ->> 'end')::integer);
         END IF;
-        -- A heading (a colon ends it) that states nothing done: the clause
-        -- after it says what ("Court booking:", "订场:", "Status update:").
+        -- A heading (a colon ends it) that names a thing and states nothing
+        -- done: the clause after it says what ("Court booking:", "订场:").
+        -- "都改完了:" names none: it is no heading.
         IF NOT v_ok AND v_done IS NULL AND p_text IS NOT NULL
-            AND substr(p_text, (v_clause ->> 'end')::integer + 1, 1) IN (':', '：') THEN
-            v_ok := true;
+            AND substr(p_text, (v_clause ->> 'end')::integer + 1, 1) IN (':', '：')
+            AND (v_clause ->> 'end')::integer - (v_clause ->> 'start')::integer <= 24
+            AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_claims) AS k
+                             WHERE (k ->> 'start')::integer >= (v_clause ->> 'start')::integer
+                               AND (k ->> 'start')::integer < (v_clause ->> 'end')::integer) THEN
+            v_ok := agentdb_private.clause_has(p_text, v_clause, 'topic');
         END IF;
         -- "inert" accepts a clause without a word of doing.
         IF NOT v_ok AND v_done IS NULL AND 'inert' = ANY (v_accept) THEN
