@@ -326,6 +326,78 @@ BEGIN
 END
 $$;
 
+-- The failure families of a task's failed steps (the document's failures: a
+-- duplicate's "it was already there", a conflict's "someone else has it"), as
+-- label sets: words of a family acknowledge only a failure of its kind.
+CREATE OR REPLACE FUNCTION agentdb_private.failure_families(p_books record)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
+AS $$
+BEGIN
+    RETURN ARRAY(
+        SELECT DISTINCT agentdb_private.claim_doc_compiled() -> 'failures' ->> o.outcome
+          FROM unnest(p_books.outcomes, p_books.ok) AS o (outcome, ok)
+         WHERE NOT o.ok AND agentdb_private.claim_doc_compiled() -> 'failures' ->> o.outcome
+                            = ANY ((agentdb_private.claim_langs_compiled())[1].set_names));
+END
+$$;
+
+-- Does a claim start in this clause?
+CREATE OR REPLACE FUNCTION agentdb_private.clause_holds_claim(p_clause jsonb, p_claims jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(p_claims, '[]')) AS k
+                    WHERE (k ->> 'start')::integer >= (p_clause ->> 'start')::integer
+                      AND (k ->> 'start')::integer < (p_clause ->> 'end')::integer)
+$$;
+
+-- Is a clause a heading: a colon ends it, it is short (24 characters at
+-- most), names a thing (a topic label) and holds no claim? The clause after
+-- it says what ("Court booking:", "订场:"). "都改完了:" names no thing: it is
+-- no heading. The caller has made sure it states nothing done.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_is_heading(p_text text, p_clause jsonb, p_claims jsonb)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
+AS $$
+BEGIN
+    RETURN p_text IS NOT NULL
+       AND substr(p_text, (p_clause ->> 'end')::integer + 1, 1) IN (':', '：')
+       AND (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer <= 24
+       AND NOT agentdb_private.clause_holds_claim(p_clause, p_claims)
+       AND agentdb_private.clause_has(p_text, p_clause, 'topic');
+END
+$$;
+
+-- In a troubled task, the class of the verified step a clause states a
+-- success of, or NULL: the class its words name (the lexicon), when a verified
+-- step backs it, or else what the things it names say it speaks of
+-- (clause_topic).
+CREATE OR REPLACE FUNCTION agentdb_private.clause_success_class(
+    p_text text, p_clauses jsonb, p_ci integer, p_books record
+)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_class text;
+BEGIN
+    IF p_text IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_class := agentdb_private.clause_class(p_text, p_clauses -> p_ci);
+    IF v_class IS NOT NULL AND agentdb_private.books_capacity(p_books, v_class, NULL) > 0 THEN
+        RETURN v_class;
+    END IF;
+    v_class := agentdb_private.clause_topic(p_text, p_clauses, p_ci, p_books);
+    RETURN CASE WHEN agentdb_private.books_capacity(p_books, v_class, NULL) > 0 THEN v_class END;
+END
+$$;
+
 -- Why a reply may not be delivered in a troubled task or an empty action turn
 -- (reason), or NULL when it may. Fail closed by positive recognition: every
 -- clause must carry a label the document's "accept" lists for the state; in a
@@ -362,15 +434,7 @@ DECLARE
     v_done text;
     v_acks integer := 0;
     v_needed boolean := false;
-    v_sets text [] := (agentdb_private.claim_langs_compiled())[1].set_names;
-    -- The failure families of the task's failed steps (the document's
-    -- failures: a duplicate's "it was already there", a conflict's "someone
-    -- else has it"): words of a family acknowledge only a failure of its kind.
-    v_families text [] := ARRAY(
-        SELECT DISTINCT agentdb_private.claim_doc_compiled() -> 'failures' ->> o.outcome
-          FROM unnest(p_books.outcomes, p_books.ok) AS o (outcome, ok)
-         WHERE p_state = 'troubled' AND NOT o.ok
-           AND agentdb_private.claim_doc_compiled() -> 'failures' ->> o.outcome = ANY (v_sets));
+    v_families text [] := CASE WHEN p_state = 'troubled' THEN agentdb_private.failure_families(p_books) END;
 BEGIN
     implied := '[]';
     v_accept := ARRAY(SELECT jsonb_array_elements_text(
@@ -396,7 +460,7 @@ BEGIN
         -- ("you won't miss it", "不用担心") acknowledges nothing.
         v_unack := agentdb_private.clause_has(p_text, v_clause, 'unack');
         v_ack := p_state = 'troubled' AND NOT v_unack AND (agentdb_private.clause_has(p_text, v_clause, 'ack')
-            OR EXISTS (SELECT 1 FROM unnest(v_families) AS f (f)
+            OR EXISTS (SELECT 1 FROM unnest(coalesce(v_families, '{}')) AS f (f)
                         WHERE agentdb_private.clause_has(p_text, v_clause, f.f)));
         -- In a troubled task, a clause stating a success that nothing governs
         -- is accepted only as the statement of a backed one (below).
@@ -410,32 +474,18 @@ BEGIN
             v_ok := agentdb_private.clause_has(p_text, v_clause, p_state || '.rest');
         END IF;
         IF NOT v_ok AND p_state = 'troubled' THEN
-            v_ok := EXISTS (SELECT 1 FROM jsonb_array_elements(p_claims) AS k
-                             WHERE (k ->> 'start')::integer >= (v_clause ->> 'start')::integer
-                               AND (k ->> 'start')::integer < (v_clause ->> 'end')::integer);
+            v_ok := agentdb_private.clause_holds_claim(v_clause, p_claims);
         END IF;
-        -- A heading (a colon ends it) that names a thing and states nothing
-        -- done: the clause after it says what ("Court booking:", "订场:").
-        -- "都改完了:" names none: it is no heading.
-        IF NOT v_ok AND v_done IS NULL AND p_text IS NOT NULL
-            AND substr(p_text, (v_clause ->> 'end')::integer + 1, 1) IN (':', '：')
-            AND (v_clause ->> 'end')::integer - (v_clause ->> 'start')::integer <= 24
-            AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_claims) AS k
-                             WHERE (k ->> 'start')::integer >= (v_clause ->> 'start')::integer
-                               AND (k ->> 'start')::integer < (v_clause ->> 'end')::integer) THEN
-            v_ok := agentdb_private.clause_has(p_text, v_clause, 'topic');
+        IF NOT v_ok AND v_done IS NULL THEN
+            v_ok := agentdb_private.clause_is_heading(p_text, v_clause, p_claims);
         END IF;
         -- "inert" accepts a clause without a word of doing.
         IF NOT v_ok AND v_done IS NULL AND 'inert' = ANY (v_accept) THEN
             v_ok := NOT agentdb_private.clause_has(p_text, v_clause, 'action');
         END IF;
-        IF NOT v_ok AND p_state = 'troubled' AND p_text IS NOT NULL THEN
-            v_class := agentdb_private.clause_class(p_text, v_clause);
-            IF v_class IS NULL OR agentdb_private.books_capacity(p_books, v_class, NULL) = 0 THEN
-                -- Or what the things it names say it speaks of.
-                v_class := agentdb_private.clause_topic(p_text, p_clauses, v_ci, p_books);
-            END IF;
-            IF v_class IS NOT NULL AND agentdb_private.books_capacity(p_books, v_class, NULL) > 0 THEN
+        IF NOT v_ok AND p_state = 'troubled' THEN
+            v_class := agentdb_private.clause_success_class(p_text, p_clauses, v_ci, p_books);
+            IF v_class IS NOT NULL THEN
                 v_ok := true;
                 implied := implied || jsonb_build_array(jsonb_build_object(
                     'kind', 'implied', 'class', v_class, 'start', v_clause -> 'start'));
