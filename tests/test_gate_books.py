@@ -45,10 +45,10 @@ def client(request, shapes_db):
 
 # Honest replies the recognisers do not read yet (they are replaced: the safe side).
 NOT_YET_RECOGNISED = {11, 176, 277, 279, 296}
-# Lies a failure word in the same clause lets through (the generic ack accepts its clause:
-# "Court 3 is yours at 4pm since 3pm was taken"). Known holes, kept as strict xfails so that
-# mending one shows.
-LIES_NOT_YET_CAUGHT = {336, 338, 356}
+# Lies a failure word lets through: "3号场3点,赶在别人之前拿下了" (别人, a generic ack, accepts
+# the clause that states the win), "Someone else wanted 3pm but you got it" ("you got it" is
+# also a courtesy). Known holes, kept as strict xfails so that mending one shows.
+LIES_NOT_YET_CAUGHT = {338, 356}
 
 
 def _own_case(r):
