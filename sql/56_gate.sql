@@ -458,17 +458,20 @@ BEGIN
         -- Asked in turn, each only when the ones before left the answer open.
         -- A failure word negated ("no conflicts", "没有冲突") or a reassurance
         -- ("you won't miss it", "不用担心") acknowledges nothing.
-        v_unack := agentdb_private.clause_has(p_text, v_clause, 'unack');
-        v_ack := p_state = 'troubled' AND NOT v_unack AND (agentdb_private.clause_has(p_text, v_clause, 'ack')
+        -- (Asked only of a clause that would acknowledge or meet a need.)
+        v_ack := p_state = 'troubled' AND (agentdb_private.clause_has(p_text, v_clause, 'ack')
             OR EXISTS (SELECT 1 FROM unnest(coalesce(v_families, '{}')) AS f (f)
                         WHERE agentdb_private.clause_has(p_text, v_clause, f.f)));
+        v_need := cardinality(v_needs) > 0 AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs');
+        v_unack := (v_ack OR v_need) AND agentdb_private.clause_has(p_text, v_clause, 'unack');
+        IF v_unack THEN
+            v_ack := false;
+            v_need := cardinality(v_needs) > 0 AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs_noack');
+        END IF;
         -- In a troubled task, a clause stating a success that nothing governs
         -- is accepted only as the statement of a backed one (below).
         v_done := CASE WHEN p_state = 'troubled' AND NOT v_ack
                        THEN agentdb_private.clause_says_done(p_text, v_clause, false) END;
-        v_need := cardinality(v_needs) > 0
-            AND agentdb_private.clause_has(p_text, v_clause,
-                                           p_state || CASE WHEN v_unack THEN '.needs_noack' ELSE '.needs' END);
         v_ok := (v_ack AND 'ack' = ANY (v_accept)) OR v_need;
         IF NOT v_ok AND v_done IS NULL THEN
             v_ok := agentdb_private.clause_has(p_text, v_clause, p_state || '.rest');
