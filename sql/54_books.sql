@@ -15,14 +15,27 @@
 --   backs     the classes the step's tool declares, joined by commas (NULL
 --             when it declares none: its labels' classes count then);
 --   label_en, label_zh   the tool's labels;
+--   outcomes  each step's outcome (success, refused, duplicate, conflict…);
 --   drafts    whether the task has proposed drafts (shown by the reply).
 -- Read by the task's user (on Citus, routed to the user's shard).
 DROP FUNCTION IF EXISTS agentdb_private.task_books(uuid);
+-- Its OUT columns grew (outcomes): a changed row type needs a DROP first.
+DO $$
+BEGIN
+    IF to_regprocedure('agentdb_private.task_books(text, uuid)') IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM pg_catalog.pg_proc AS p
+             WHERE p.oid = to_regprocedure('agentdb_private.task_books(text, uuid)')
+               AND 'outcomes' = ANY (p.proargnames)) THEN
+        DROP FUNCTION agentdb_private.task_books(text, uuid);
+    END IF;
+END
+$$;
 CREATE OR REPLACE FUNCTION agentdb_private.task_books(
     p_user text, p_task uuid,
     OUT state text, OUT steps integer, OUT failed integer,
     OUT tools text[], OUT actions text[], OUT ok boolean[], OUT affected integer[],
-    OUT backs text[], OUT label_en text[], OUT label_zh text[], OUT drafts boolean
+    OUT backs text[], OUT label_en text[], OUT label_zh text[], OUT drafts boolean,
+    OUT outcomes text[]
 )
 LANGUAGE plpgsql STABLE
 -- plpgsql: its plan is kept for the session. No SET clause: called by the
@@ -34,10 +47,11 @@ BEGIN
            coalesce(array_agg(b.ok ORDER BY b.seq), '{}'), coalesce(array_agg(b.affected_rows ORDER BY b.seq), '{}'),
            coalesce(array_agg(b.backs ORDER BY b.seq), '{}'), coalesce(array_agg(b.label_en ORDER BY b.seq), '{}'),
            coalesce(array_agg(b.label_zh ORDER BY b.seq), '{}'),
+           coalesce(array_agg(b.outcome ORDER BY b.seq), '{}'),
            EXISTS (SELECT 1 FROM agentdb_private.drafts AS d
                     WHERE d.user_id = p_user AND d.task_id = p_task AND d.status = 'proposed')
-      INTO steps, failed, tools, actions, ok, affected, backs, label_en, label_zh, drafts
-      FROM (SELECT s.seq, s.tool, s.action, s.outcome = 'success' AND s.verified AS ok, s.affected_rows,
+      INTO steps, failed, tools, actions, ok, affected, backs, label_en, label_zh, outcomes, drafts
+      FROM (SELECT s.seq, s.tool, s.action, s.outcome = 'success' AND s.verified AS ok, s.affected_rows, s.outcome,
                    array_to_string(t.backs, ',') AS backs, t.label_en, t.label_zh
               FROM agentdb_private.steps AS s
               LEFT JOIN agentdb_private.tools AS t ON t.name = s.tool

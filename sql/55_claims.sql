@@ -85,12 +85,31 @@ AS $$
                 ELSE ARRAY['create', 'update', 'delete', 'done'] END
 $$;
 
+-- The labels of a document, in any language, whose names start with a prefix:
+-- topic_<class> (a thing of a class: "reminder", "court") and fail_<family>
+-- (a failure of one kind: fail_dup "already there", fail_taken "someone else
+-- has it"), asked one by one.
+CREATE OR REPLACE FUNCTION agentdb_private.prefixed_labels(p_doc jsonb, p_prefix text)
+RETURNS SETOF text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT DISTINCT k.k
+      FROM jsonb_each(coalesce(p_doc -> 'languages', '{}')) AS l
+     CROSS JOIN LATERAL jsonb_object_keys(CASE WHEN jsonb_typeof(l.value -> 'labels') = 'object'
+                                               THEN l.value -> 'labels' ELSE '{}' END) AS k (k)
+     WHERE left(k.k, char_length(p_prefix)) = p_prefix
+$$;
+
 -- The sets of labels the gate asks a clause about (agentdb_private.clause_has),
--- each with its label names, sorted: ack, ack_all and action alone; nonstating
+-- each with its label names, sorted: ack, ack_all, unack and action alone; nonstating
 -- (a question, an offer or a condition: a clause that states no fact); also
 -- (a clause that names another thing: "other", "too", 其他, 也); and
--- per state of accept (troubled, empty_action) its needs, and the rest of what
--- it accepts (without ack, asked on its own, and the pseudo-label inert).
+-- per state of accept (troubled, empty_action) its needs (and its needs but
+-- ack, for a clause whose ack is negated: unack), and the rest of what
+-- it accepts (without ack, asked on its own, and the pseudo-label inert); and
+-- the things a clause names (labels topic_<class>: "reminder", "court"), each
+-- alone and all of them as topic; and each failure family (fail_<family>).
 CREATE OR REPLACE FUNCTION agentdb_private.label_sets(p_doc jsonb)
 RETURNS TABLE (name text, labels text[])
 LANGUAGE sql IMMUTABLE
@@ -98,11 +117,17 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT v.name, v.labels
       FROM (VALUES ('ack', ARRAY['ack']), ('ack_all', ARRAY['ack_all']), ('action', ARRAY['action']),
-                   ('also', ARRAY['also']), ('nonstating', ARRAY['condition', 'offer', 'question'])) AS v (name, labels)
+                   ('also', ARRAY['also']), ('nonstating', ARRAY['condition', 'offer', 'question']),
+                   ('unack', ARRAY['unack'])) AS v (name, labels)
     UNION ALL
     SELECT st.state || '.needs',
            ARRAY(SELECT n FROM jsonb_array_elements_text(coalesce(p_doc -> 'needs' -> st.state, '[]')) AS n
                   ORDER BY n COLLATE "C")
+      FROM unnest(ARRAY['troubled', 'empty_action']) AS st (state)
+    UNION ALL
+    SELECT st.state || '.needs_noack',
+           ARRAY(SELECT n FROM jsonb_array_elements_text(coalesce(p_doc -> 'needs' -> st.state, '[]')) AS n
+                  WHERE n <> 'ack' ORDER BY n COLLATE "C")
       FROM unnest(ARRAY['troubled', 'empty_action']) AS st (state)
     UNION ALL
     SELECT st.state || '.rest',
@@ -110,6 +135,13 @@ AS $$
                   WHERE a NOT IN ('ack', 'inert') AND NOT coalesce(p_doc -> 'needs' -> st.state, '[]') ? a
                   ORDER BY a COLLATE "C")
       FROM unnest(ARRAY['troubled', 'empty_action']) AS st (state)
+    UNION ALL
+    SELECT 'topic', ARRAY(SELECT t.t FROM agentdb_private.prefixed_labels(p_doc, 'topic_') AS t (t)
+                           ORDER BY t.t COLLATE "C")
+    UNION ALL
+    SELECT t.t, ARRAY[t.t] FROM agentdb_private.prefixed_labels(p_doc, 'topic_') AS t (t)
+    UNION ALL
+    SELECT t.t, ARRAY[t.t] FROM agentdb_private.prefixed_labels(p_doc, 'fail_') AS t (t)
 $$;
 
 -- Phases of load_claim_patterns. 1: why a document's languages, their
@@ -170,7 +202,8 @@ AS $$
 $$;
 
 -- 2: why its other sections (question_sep, accept and needs, normalise,
--- done_marks, kind_order, the class lexicon, the facts rules) cannot be, or NULL.
+-- done_marks, failures, kind_order, the class lexicon, the facts rules) cannot
+-- be, or NULL.
 CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_problem_sections(p_doc jsonb)
 RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -202,6 +235,11 @@ AS $$
             THEN 'done_marks must be a list of non-empty strings'
         WHEN p_doc ? 'governs' AND NOT agentdb_private.is_string_list(p_doc -> 'governs')
             THEN 'governs must be a list of label names'
+        WHEN p_doc ? 'failures' AND (jsonb_typeof(p_doc -> 'failures') <> 'object'
+                OR EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'failures') AS f
+                            WHERE f.key <> 'comment' AND (jsonb_typeof(f.value) <> 'string'
+                                                          OR f.value #>> '{}' !~ '^fail_[a-z_]+$')))
+            THEN 'failures must map step outcomes to fail_ label names'
         WHEN EXISTS (SELECT 1 FROM jsonb_each(CASE WHEN jsonb_typeof(p_doc -> 'needs') = 'object'
                                                    THEN p_doc -> 'needs' ELSE '{}' END) AS n,
                                    jsonb_array_elements_text(n.value) AS x
@@ -460,6 +498,7 @@ BEGIN
             'accept', p_doc -> 'accept', 'needs', p_doc -> 'needs',
             'classes', p_doc -> 'classes', 'facts', p_doc -> 'facts', 'done_marks', p_doc -> 'done_marks',
             'governs', agentdb_private.claim_doc_governs(p_doc),
+            'failures', p_doc -> 'failures',
             'fingerprint', encode(sha256(convert_to(p_doc::text, 'UTF8')), 'hex')))));
 
     -- And as a constant that detect_claims' cached plans hold (the function is

@@ -213,6 +213,190 @@ BEGIN
 END
 $$;
 
+-- The classes of the things a clause names (its labels topic_<class>:
+-- "reminder", "闹钟" name set; "court", "3号场" name book), sorted.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_topics(p_text text, p_clause jsonb)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
+AS $$
+DECLARE
+    v_rules agentdb_private.claim_langs [] := agentdb_private.claim_langs_compiled();
+    v_out text [] := '{}';
+    v_topic text;
+BEGIN
+    IF p_clause IS NULL OR cardinality(v_rules) = 0
+        OR NOT agentdb_private.clause_has(p_text, p_clause, 'topic') THEN
+        RETURN v_out;
+    END IF;
+    FOREACH v_topic IN ARRAY string_to_array(
+            v_rules[1].set_labels[array_position(v_rules[1].set_names, 'topic')], ',') LOOP
+        IF agentdb_private.clause_has(p_text, p_clause, v_topic) THEN
+            v_out := v_out || substr(v_topic, 7);
+        END IF;
+    END LOOP;
+    RETURN v_out;
+END
+$$;
+
+-- In a troubled task, the class of the verified step a clause speaks of, by
+-- the things it names, or NULL: a clause that states a success in words that
+-- name no class ("Reminder is in place", "提醒弄好了", "Reminder — done.")
+-- is about the reminder that was set, not the court that was not booked.
+-- Every thing it names must be of a class a verified step backs, and a class
+-- its words name (the lexicon) must be backed too. A clause that names no
+-- thing takes the things of the nearest clause before it on the same line
+-- that names one ("1. Reminder — 8am — saved and confirmed."), or, when a
+-- colon ends it, those of the clause after it ("Done: reminder for 8am").
+CREATE OR REPLACE FUNCTION agentdb_private.clause_topic(p_text text, p_clauses jsonb, p_ci integer, p_books record)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
+AS $$
+DECLARE
+    v_clause jsonb := p_clauses -> p_ci;
+    v_before jsonb := CASE WHEN p_ci > 0 THEN p_clauses -> (p_ci - 1) END;
+    v_after jsonb := p_clauses -> (p_ci + 1);
+    v_ci integer := p_ci;
+    v_class text;
+    v_named text [];
+BEGIN
+    IF p_text IS NULL OR v_clause IS NULL OR p_books.failed >= p_books.steps THEN
+        RETURN NULL;
+    END IF;
+    v_class := agentdb_private.clause_class(p_text, v_clause);
+    IF v_class IS NOT NULL AND agentdb_private.books_capacity(p_books, v_class, NULL) = 0 THEN
+        RETURN NULL;
+    END IF;
+    v_named := agentdb_private.clause_topics(p_text, v_clause);
+    -- Back along the line to the nearest clause that names a thing.
+    WHILE cardinality(v_named) = 0 AND v_before IS NOT NULL
+        AND strpos(substr(p_text, (v_before ->> 'end')::integer + 1,
+                          (v_clause ->> 'start')::integer - (v_before ->> 'end')::integer), E'\n') = 0 LOOP
+        v_named := agentdb_private.clause_topics(p_text, v_before);
+        v_ci := v_ci - 1;
+        v_clause := v_before;
+        v_before := CASE WHEN v_ci > 0 THEN p_clauses -> (v_ci - 1) END;
+    END LOOP;
+    v_clause := p_clauses -> p_ci;
+    IF cardinality(v_named) = 0 AND v_after IS NOT NULL
+        AND substr(p_text, (v_clause ->> 'end')::integer + 1, 1) IN (':', '：') THEN
+        v_named := agentdb_private.clause_topics(p_text, v_after);
+    END IF;
+    IF cardinality(v_named) = 0 OR EXISTS (
+            SELECT 1 FROM unnest(v_named) AS t (t) WHERE agentdb_private.books_capacity(p_books, t.t, NULL) = 0) THEN
+        RETURN NULL;
+    END IF;
+    RETURN v_named[1];
+END
+$$;
+
+-- In a troubled task, a generic claim of something done ("提醒弄好了",
+-- "Reminder — done.", "Done: reminder for 8am") speaks of the verified step
+-- the things of its clause name (clause_topic): it takes that step's class,
+-- instead of done (which every step would have to back).
+CREATE OR REPLACE FUNCTION agentdb_private.claims_on_topic(p_text text, p_clauses jsonb, p_claims jsonb, p_books record)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by finalize_reply only, with a pinned search_path.
+AS $$
+DECLARE
+    v_claim jsonb;
+    v_class text;
+    v_out jsonb := '[]';
+BEGIN
+    FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
+        v_claim := p_claims -> v_ki;
+        IF coalesce(v_claim ->> 'class', v_claim ->> 'kind') = 'done' AND v_claim ? 'start' THEN
+            v_class := NULL;
+            FOR v_ci IN 0 .. jsonb_array_length(p_clauses) - 1 LOOP
+                IF (p_clauses -> v_ci ->> 'start')::integer <= (v_claim ->> 'start')::integer
+                    AND (v_claim ->> 'start')::integer < (p_clauses -> v_ci ->> 'end')::integer THEN
+                    v_class := agentdb_private.clause_topic(p_text, p_clauses, v_ci, p_books);
+                    EXIT;
+                END IF;
+            END LOOP;
+            v_claim := v_claim || CASE WHEN v_class IS NOT NULL THEN jsonb_build_object('class', v_class)
+                                       ELSE '{}' END;
+        END IF;
+        v_out := v_out || jsonb_build_array(v_claim);
+    END LOOP;
+    RETURN v_out;
+END
+$$;
+
+-- The failure families of a task's failed steps (the document's failures: a
+-- duplicate's "it was already there", a conflict's "someone else has it"), as
+-- label sets: words of a family acknowledge only a failure of its kind.
+CREATE OR REPLACE FUNCTION agentdb_private.failure_families(p_books record)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
+AS $$
+BEGIN
+    RETURN ARRAY(
+        SELECT DISTINCT agentdb_private.claim_doc_compiled() -> 'failures' ->> o.outcome
+          FROM unnest(p_books.outcomes, p_books.ok) AS o (outcome, ok)
+         WHERE NOT o.ok AND agentdb_private.claim_doc_compiled() -> 'failures' ->> o.outcome
+                            = ANY ((agentdb_private.claim_langs_compiled())[1].set_names));
+END
+$$;
+
+-- Does a claim start in this clause?
+CREATE OR REPLACE FUNCTION agentdb_private.clause_holds_claim(p_clause jsonb, p_claims jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(p_claims, '[]')) AS k
+                    WHERE (k ->> 'start')::integer >= (p_clause ->> 'start')::integer
+                      AND (k ->> 'start')::integer < (p_clause ->> 'end')::integer)
+$$;
+
+-- Is a clause a heading: a colon ends it, it is short (24 characters at
+-- most), names a thing (a topic label) and holds no claim? The clause after
+-- it says what ("Court booking:", "订场:"). "都改完了:" names no thing: it is
+-- no heading. The caller has made sure it states nothing done.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_is_heading(p_text text, p_clause jsonb, p_claims jsonb)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
+AS $$
+BEGIN
+    RETURN p_text IS NOT NULL
+       AND substr(p_text, (p_clause ->> 'end')::integer + 1, 1) IN (':', '：')
+       AND (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer <= 24
+       AND NOT agentdb_private.clause_holds_claim(p_clause, p_claims)
+       AND agentdb_private.clause_has(p_text, p_clause, 'topic');
+END
+$$;
+
+-- In a troubled task, the class of the verified step a clause states a
+-- success of, or NULL: the class its words name (the lexicon), when a verified
+-- step backs it, or else what the things it names say it speaks of
+-- (clause_topic).
+CREATE OR REPLACE FUNCTION agentdb_private.clause_success_class(
+    p_text text, p_clauses jsonb, p_ci integer, p_books record
+)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_class text;
+BEGIN
+    IF p_text IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_class := agentdb_private.clause_class(p_text, p_clauses -> p_ci);
+    IF v_class IS NOT NULL AND agentdb_private.books_capacity(p_books, v_class, NULL) > 0 THEN
+        RETURN v_class;
+    END IF;
+    v_class := agentdb_private.clause_topic(p_text, p_clauses, p_ci, p_books);
+    RETURN CASE WHEN agentdb_private.books_capacity(p_books, v_class, NULL) > 0 THEN v_class END;
+END
+$$;
+
 -- Why a reply may not be delivered in a troubled task or an empty action turn
 -- (reason), or NULL when it may. Fail closed by positive recognition: every
 -- clause must carry a label the document's "accept" lists for the state; in a
@@ -223,7 +407,9 @@ $$;
 -- their clause) so that their facts are compared like a claim's. A troubled
 -- reply needs an "ack" clause per failed step, or an "ack_all" clause; an
 -- empty action turn needs a clause labelled as one of "needs" (a question, an
--- offer, a draft, a plain "nothing was done"). The clauses are a runtime's
+-- offer, a draft, a plain "nothing was done"); an acknowledgement is an "ack"
+-- clause or one of the failure family of a failed step's outcome
+-- (fail_dup for a duplicate, fail_taken for a conflict…). The clauses are a runtime's
 -- reading (with labels) or frames of clause_frames, asked through clause_has
 -- only what the answer needs.
 DROP FUNCTION IF EXISTS agentdb_private.reply_unacceptable(jsonb, jsonb, text, integer);
@@ -242,10 +428,12 @@ DECLARE
     v_class text;
     v_ok boolean;
     v_ack boolean;
+    v_unack boolean;
     v_need boolean;
     v_done text;
     v_acks integer := 0;
     v_needed boolean := false;
+    v_families text [] := CASE WHEN p_state = 'troubled' THEN agentdb_private.failure_families(p_books) END;
 BEGIN
     implied := '[]';
     v_accept := ARRAY(SELECT jsonb_array_elements_text(
@@ -267,28 +455,39 @@ BEGIN
             RETURN;
         END IF;
         -- Asked in turn, each only when the ones before left the answer open.
-        v_ack := p_state = 'troubled' AND agentdb_private.clause_has(p_text, v_clause, 'ack');
+        -- A failure word negated ("no conflicts", "没有冲突") or a reassurance
+        -- ("you won't miss it", "不用担心") acknowledges nothing.
+        -- (Asked only of a clause that would acknowledge or meet a need.)
+        v_ack := p_state = 'troubled' AND (agentdb_private.clause_has(p_text, v_clause, 'ack')
+            OR EXISTS (SELECT 1 FROM unnest(coalesce(v_families, '{}')) AS f (f)
+                        WHERE agentdb_private.clause_has(p_text, v_clause, f.f)));
+        v_need := cardinality(v_needs) > 0 AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs');
+        v_unack := (v_ack OR v_need) AND agentdb_private.clause_has(p_text, v_clause, 'unack');
+        IF v_unack THEN
+            v_ack := false;
+            v_need := cardinality(v_needs) > 0 AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs_noack');
+        END IF;
         -- In a troubled task, a clause stating a success that nothing governs
         -- is accepted only as the statement of a backed one (below).
         v_done := CASE WHEN p_state = 'troubled' AND NOT v_ack
                        THEN agentdb_private.clause_says_done(p_text, v_clause, false) END;
-        v_need := cardinality(v_needs) > 0 AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs');
         v_ok := (v_ack AND 'ack' = ANY (v_accept)) OR v_need;
         IF NOT v_ok AND v_done IS NULL THEN
             v_ok := agentdb_private.clause_has(p_text, v_clause, p_state || '.rest');
         END IF;
         IF NOT v_ok AND p_state = 'troubled' THEN
-            v_ok := EXISTS (SELECT 1 FROM jsonb_array_elements(p_claims) AS k
-                             WHERE (k ->> 'start')::integer >= (v_clause ->> 'start')::integer
-                               AND (k ->> 'start')::integer < (v_clause ->> 'end')::integer);
+            v_ok := agentdb_private.clause_holds_claim(v_clause, p_claims);
+        END IF;
+        IF NOT v_ok AND v_done IS NULL THEN
+            v_ok := agentdb_private.clause_is_heading(p_text, v_clause, p_claims);
         END IF;
         -- "inert" accepts a clause without a word of doing.
         IF NOT v_ok AND v_done IS NULL AND 'inert' = ANY (v_accept) THEN
             v_ok := NOT agentdb_private.clause_has(p_text, v_clause, 'action');
         END IF;
-        IF NOT v_ok AND p_state = 'troubled' AND p_text IS NOT NULL THEN
-            v_class := agentdb_private.clause_class(p_text, v_clause);
-            IF v_class IS NOT NULL AND agentdb_private.books_capacity(p_books, v_class, NULL) > 0 THEN
+        IF NOT v_ok AND p_state = 'troubled' THEN
+            v_class := agentdb_private.clause_success_class(p_text, p_clauses, v_ci, p_books);
+            IF v_class IS NOT NULL THEN
                 v_ok := true;
                 implied := implied || jsonb_build_array(jsonb_build_object(
                     'kind', 'implied', 'class', v_class, 'start', v_clause -> 'start'));
@@ -304,7 +503,8 @@ BEGIN
     END LOOP;
     IF p_state = 'troubled' AND v_acks < p_books.failed AND NOT EXISTS (
             SELECT 1 FROM jsonb_array_elements(p_clauses) AS c
-             WHERE agentdb_private.clause_has(p_text, c, 'ack_all')) THEN
+             WHERE agentdb_private.clause_has(p_text, c, 'ack_all')
+               AND NOT agentdb_private.clause_has(p_text, c, 'unack')) THEN
         reason := format('%s failed step(s), %s acknowledged', p_books.failed, v_acks);
     ELSIF cardinality(v_needs) > 0 AND NOT v_needed THEN
         reason := 'not a question, an offer, a draft or a plain "nothing was done"';
@@ -630,6 +830,15 @@ BEGIN
 
     v_read := agentdb_private.gate_read(finalize_core.model_text, finalize_core.claims);
     v_books := agentdb_private.task_books(v_task.user_id, v_task.id);
+    -- A troubled task with a verified step: a generic "done" speaks of the step
+    -- its clause's things name (claims_on_topic).
+    IF v_books.state = 'troubled' AND v_books.failed < v_books.steps AND v_read.clauses IS NOT NULL
+        AND EXISTS (SELECT 1 FROM jsonb_array_elements(v_read.claims) AS k
+                     WHERE coalesce(k ->> 'class', k ->> 'kind') = 'done') THEN
+        v_read.norm := coalesce(v_read.norm, agentdb_private.normalise_reply(
+            left(finalize_core.model_text, agentdb_private.max_reply())));
+        v_read.claims := agentdb_private.claims_on_topic(v_read.norm, v_read.clauses, v_read.claims, v_books);
+    END IF;
     v_pending := agentdb_private.books_pending(v_books, v_read.claims);
     RETURN agentdb_private.gate_record(v_task, v_books, v_read, v_pending,
                                        agentdb_private.gate_reason(v_task, v_books, v_read, v_pending,
