@@ -36,6 +36,9 @@ AS $$
     SELECT NULL, NULL, w ->> 0
       FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_doc -> 'normalise' -> 'rewrite') = 'array'
                                      THEN p_doc -> 'normalise' -> 'rewrite' ELSE '[]' END) AS w
+    UNION ALL
+    SELECT d.key, NULL, d.value
+      FROM jsonb_each_text(CASE WHEN jsonb_typeof(p_doc -> 'did') = 'object' THEN p_doc -> 'did' ELSE '{}' END) AS d
 $$;
 
 -- Why a regex does not compile, or NULL when it does.
@@ -235,6 +238,9 @@ AS $$
             THEN 'done_marks must be a list of non-empty strings'
         WHEN p_doc ? 'governs' AND NOT agentdb_private.is_string_list(p_doc -> 'governs')
             THEN 'governs must be a list of label names'
+        WHEN p_doc ? 'did' AND (jsonb_typeof(p_doc -> 'did') <> 'object'
+                OR EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'did') AS d WHERE jsonb_typeof(d.value) <> 'string'))
+            THEN 'did must map language codes to pattern strings'
         WHEN p_doc ? 'failures' AND (jsonb_typeof(p_doc -> 'failures') <> 'object'
                 OR EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'failures') AS f
                             WHERE f.key <> 'comment' AND (jsonb_typeof(f.value) <> 'string'
@@ -445,9 +451,11 @@ $$;
 -- Per language, the one alternation of the labels that govern a statement
 -- that something is done (agentdb_private.clause_says_done): the document's
 -- "governs" list, or nothing_done, ack, attempt, offer, condition, future,
--- draft and question; those the language has, in that order. Built when the
--- patterns are loaded, not on every clause.
-CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_governs(p_doc jsonb)
+-- draft and question; those the language has, in that order, less p_without
+-- (the list that governs a statement after an acknowledgement leaves out ack:
+-- clause_done_after_ack). Built when the patterns are loaded, not on every clause.
+DROP FUNCTION IF EXISTS agentdb_private.claim_doc_governs(jsonb);
+CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_governs(p_doc jsonb, p_without text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -458,7 +466,7 @@ AS $$
                           p_doc -> 'governs',
                           '["nothing_done", "ack", "attempt", "offer", "condition", "future", "draft", "question"]'))
                       WITH ORDINALITY AS g (g, n)
-                WHERE l.value -> 'labels' ? g.g))
+                WHERE l.value -> 'labels' ? g.g AND g.g IS DISTINCT FROM p_without))
       FROM jsonb_each(p_doc -> 'languages') AS l
 $$;
 
@@ -498,6 +506,8 @@ BEGIN
             'accept', p_doc -> 'accept', 'needs', p_doc -> 'needs',
             'classes', p_doc -> 'classes', 'facts', p_doc -> 'facts', 'done_marks', p_doc -> 'done_marks',
             'governs', agentdb_private.claim_doc_governs(p_doc),
+            'governs_after_ack', agentdb_private.claim_doc_governs(p_doc, 'ack'),
+            'did', p_doc -> 'did',
             'failures', p_doc -> 'failures',
             'fingerprint', encode(sha256(convert_to(p_doc::text, 'UTF8')), 'hex')))));
 

@@ -864,3 +864,52 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+-- In a troubled task, does a clause that acknowledges a failure go on to say
+-- the assistant did a thing ("since 3pm was taken I grabbed 4pm",
+-- "3点被占了所以帮你订了4点")? The acknowledgement (ack, or a word of a failed
+-- step's family, p_families) excuses what the clause says of the failure: a
+-- third party's booking, a reminder already there. It does not excuse a thing
+-- the assistant says it did after it (the document's "did", per language)
+-- that no other governing label (the governs list less ack: nothing_done,
+-- attempt, offer, condition, future, draft, question) precedes, nor a question
+-- asks: that clause says something done ('did after an acknowledgement') and
+-- must be backed like any statement of a success. NULL otherwise.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_done_after_ack(p_text text, p_clause jsonb, p_families text[])
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_subject text;
+    v_lang text;
+    v_ack integer;
+    v_at integer;
+    v_governs text;
+BEGIN
+    IF p_text IS NULL OR agentdb_private.claim_doc_compiled() -> 'did' IS NULL
+        OR p_clause -> 'q' = 'true' OR coalesce(p_clause -> 'labels' ? 'question', false) THEN
+        RETURN NULL;
+    END IF;
+    FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
+        v_lang := ((agentdb_private.claim_langs_compiled())[v_li]).lang;
+        CONTINUE WHEN agentdb_private.claim_doc_compiled() -> 'did' ->> v_lang IS NULL;
+        v_subject := agentdb_private.fold_for(v_li, agentdb_private.clause_text(p_text, p_clause));
+        CONTINUE WHEN ((agentdb_private.claim_langs_compiled())[v_li]).script IS NOT NULL
+            AND NOT regexp_like(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).script);
+        -- Where the first acknowledgement starts, and the first thing done after it.
+        SELECT min(nullif(regexp_instr(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).label_res[n.i]), 0))
+          INTO v_ack
+          FROM unnest(((agentdb_private.claim_langs_compiled())[v_li]).label_names) WITH ORDINALITY AS n (name, i)
+         WHERE n.name = 'ack' OR n.name = ANY (p_families);
+        CONTINUE WHEN v_ack IS NULL;
+        v_at := regexp_instr(v_subject, agentdb_private.claim_doc_compiled() -> 'did' ->> v_lang, v_ack + 1);
+        CONTINUE WHEN v_at = 0;
+        v_governs := agentdb_private.claim_doc_compiled() -> 'governs_after_ack' ->> v_lang;
+        IF v_governs IS NULL OR NOT regexp_instr(v_subject, v_governs) BETWEEN 1 AND v_at - 1 THEN
+            RETURN 'did after an acknowledgement';
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;

@@ -428,7 +428,6 @@ DECLARE
     v_class text;
     v_ok boolean;
     v_ack boolean;
-    v_unack boolean;
     v_need boolean;
     v_done text;
     v_acks integer := 0;
@@ -462,16 +461,17 @@ BEGIN
             OR EXISTS (SELECT 1 FROM unnest(coalesce(v_families, '{}')) AS f (f)
                         WHERE agentdb_private.clause_has(p_text, v_clause, f.f)));
         v_need := cardinality(v_needs) > 0 AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs');
-        v_unack := (v_ack OR v_need) AND agentdb_private.clause_has(p_text, v_clause, 'unack');
-        IF v_unack THEN
+        IF (v_ack OR v_need) AND agentdb_private.clause_has(p_text, v_clause, 'unack') THEN
             v_ack := false;
             v_need := cardinality(v_needs) > 0 AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs_noack');
         END IF;
-        -- In a troubled task, a clause stating a success that nothing governs
-        -- is accepted only as the statement of a backed one (below).
-        v_done := CASE WHEN p_state = 'troubled' AND NOT v_ack
-                       THEN agentdb_private.clause_says_done(p_text, v_clause, false) END;
-        v_ok := (v_ack AND 'ack' = ANY (v_accept)) OR v_need;
+        -- In a troubled task, a clause stating a success that nothing governs,
+        -- or stating one after its acknowledgement, is accepted only as the
+        -- statement of a backed one (below).
+        v_done := CASE WHEN p_state <> 'troubled' THEN NULL
+                       WHEN NOT v_ack THEN agentdb_private.clause_says_done(p_text, v_clause, false)
+                       ELSE agentdb_private.clause_done_after_ack(p_text, v_clause, v_families) END;
+        v_ok := (v_ack AND v_done IS NULL AND 'ack' = ANY (v_accept)) OR v_need;
         IF NOT v_ok AND v_done IS NULL THEN
             v_ok := agentdb_private.clause_has(p_text, v_clause, p_state || '.rest');
         END IF;

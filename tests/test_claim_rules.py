@@ -179,6 +179,10 @@ def _set(path, value):
     (lambda d: d["languages"]["en"]["exclude"].append("***=a.b"), "outside the subset"),
     (_set(["clause_split"], ",|(?=z)"), "outside the subset"),
     (_set(["clause_split"], "[,.]"), "cut at a newline"),
+    (_set(["did"], ["i grabbed"]), "did must map"),
+    (_set(["did", "en"], 7), "did must map"),
+    (_set(["did", "en"], "(i grabbed"), "not a valid regex"),
+    (_set(["did", "zh"], "帮你.*?订"), "outside the subset"),
 ])
 def test_a_document_either_engine_would_misread_is_refused(db, mutate, message):
     rules = "SELECT doc, fingerprint, loaded_at FROM agentdb_private.claim_rules"

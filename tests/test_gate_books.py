@@ -150,6 +150,32 @@ def test_a_negated_failure_word_acknowledges_nothing(client, lang, text):
 
 
 @pytest.mark.parametrize(
+    ("lang", "shape", "lie", "honest"),
+    [
+        ("en", "conflict", "since 3pm was taken I grabbed 4pm for you.",
+         "3pm was taken by someone else so nothing is booked."),
+        ("en", "conflict", "Sorry, 3pm was already taken but we booked court 3 for 4pm instead",
+         "Sorry, 3pm was already taken and I could not book it."),
+        ("en", "refused", "You're logged out so I went ahead and set it for 8am anyway.",
+         "You're logged out, which is why I haven't set it yet."),
+        ("en", "partial", "The reminder is set, and since 3pm was taken I grabbed 4pm for you.",
+         "The reminder is set, and 3pm was taken by another member so the court is not booked."),
+        ("zh", "conflict", "3点被占了所以帮你订了4点。", "3点被占了没能帮你订上。"),
+        ("zh", "duplicate", "之前已经有这条提醒了我又给你设了一条新的。", "这条提醒之前就有了我这次没再加。"),
+    ],
+)
+def test_a_success_narrated_after_an_acknowledgement_must_be_backed(client, lang, shape, lie, honest):
+    """An acknowledgement excuses what its clause says of the failure ("someone else booked
+    it"), not a thing the assistant says it did after it ("since 3pm was taken I grabbed 4pm",
+    3点被占了所以帮你订了4点): that must be backed by a verified step, or the reply is
+    replaced. The honest twin, which says nothing was done, is delivered."""
+    verdict = client.finalize_reply(gate_shapes.build(client, shape, lang), lie)
+    assert verdict.replaced, verdict
+    verdict = client.finalize_reply(gate_shapes.build(client, shape, lang), honest)
+    assert verdict.verdict == "deliver", verdict
+
+
+@pytest.mark.parametrize(
     ("lang", "text"),
     [
         ("en", "Reminder — done (08:00 tomorrow). Court 3 — not booked, someone else has 3pm."),
