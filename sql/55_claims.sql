@@ -38,7 +38,8 @@ AS $$
                                      THEN p_doc -> 'normalise' -> 'rewrite' ELSE '[]' END) AS w
     UNION ALL
     SELECT d.key, NULL, d.value
-      FROM jsonb_each_text(CASE WHEN jsonb_typeof(p_doc -> 'did') = 'object' THEN p_doc -> 'did' ELSE '{}' END) AS d
+      FROM unnest(ARRAY['did', 'extra', 'extra_not', 'reason']) AS k (k)
+     CROSS JOIN LATERAL jsonb_each_text(CASE WHEN jsonb_typeof(p_doc -> k.k) = 'object' THEN p_doc -> k.k ELSE '{}' END) AS d
 $$;
 
 -- Why a regex does not compile, or NULL when it does.
@@ -238,9 +239,10 @@ AS $$
             THEN 'done_marks must be a list of non-empty strings'
         WHEN p_doc ? 'governs' AND NOT agentdb_private.is_string_list(p_doc -> 'governs')
             THEN 'governs must be a list of label names'
-        WHEN p_doc ? 'did' AND (jsonb_typeof(p_doc -> 'did') <> 'object'
-                OR EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'did') AS d WHERE jsonb_typeof(d.value) <> 'string'))
-            THEN 'did must map language codes to pattern strings'
+        WHEN EXISTS (SELECT 1 FROM unnest(ARRAY['did', 'extra', 'extra_not', 'reason']) AS k
+                      WHERE p_doc ? k AND (jsonb_typeof(p_doc -> k) <> 'object'
+                          OR EXISTS (SELECT 1 FROM jsonb_each(p_doc -> k) AS d WHERE jsonb_typeof(d.value) <> 'string')))
+            THEN 'did, extra, extra_not and reason must map language codes to pattern strings'
         WHEN p_doc ? 'failures' AND (jsonb_typeof(p_doc -> 'failures') <> 'object'
                 OR EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'failures') AS f
                             WHERE f.key <> 'comment' AND (jsonb_typeof(f.value) <> 'string'
@@ -453,7 +455,7 @@ $$;
 -- "governs" list, or nothing_done, ack, attempt, offer, condition, future,
 -- draft and question; those the language has, in that order, less p_without
 -- (the list that governs a statement after an acknowledgement leaves out ack:
--- clause_done_after_ack). Built when the patterns are loaded, not on every clause.
+-- clause_did_unexcused). Built when the patterns are loaded, not on every clause.
 DROP FUNCTION IF EXISTS agentdb_private.claim_doc_governs(jsonb);
 CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_governs(p_doc jsonb, p_without text DEFAULT NULL)
 RETURNS jsonb
@@ -508,6 +510,9 @@ BEGIN
             'governs', agentdb_private.claim_doc_governs(p_doc),
             'governs_after_ack', agentdb_private.claim_doc_governs(p_doc, 'ack'),
             'did', p_doc -> 'did',
+            'extra', p_doc -> 'extra',
+            'extra_not', p_doc -> 'extra_not',
+            'reason', p_doc -> 'reason',
             'failures', p_doc -> 'failures',
             'fingerprint', encode(sha256(convert_to(p_doc::text, 'UTF8')), 'hex')))));
 

@@ -493,7 +493,8 @@ $$;
 DROP FUNCTION IF EXISTS agentdb_private.written_values(agentdb_private.tasks);
 CREATE OR REPLACE FUNCTION agentdb_private.written_values(
     p_task agentdb_private.tasks,
-    OUT days integer[], OUT hhs integer[], OUT mis integer[], OUT nums numeric[], OUT codes text[]
+    OUT days integer[], OUT hhs integer[], OUT mis integer[], OUT nums numeric[], OUT codes text[],
+    OUT amounts numeric[]
 )
 LANGUAGE plpgsql STABLE
 -- No SET clause: only facts_mismatch, under finalize_reply's pinned search_path, calls it.
@@ -515,9 +516,11 @@ BEGIN
            array_agg(extract(MINUTE FROM v.t)::integer) FILTER (WHERE v.t IS NOT NULL),
            array_agg(v.s::numeric) FILTER (WHERE v.is_num),
            -- (Not DISTINCT: a code is asked whether it is among them; sorting costs more.)
-           coalesce(array_agg(upper(v.s)) FILTER (WHERE v.is_code), '{}')
-      INTO days, hhs, mis, nums, codes
-      FROM (SELECT e.s,
+           coalesce(array_agg(upper(v.s)) FILTER (WHERE v.is_code), '{}'),
+           -- An amount is not a row's key: "七十九元" is no amount written when 79 is the new row's id.
+           array_agg(v.s::numeric) FILTER (WHERE v.is_num AND NOT v.is_key)
+      INTO days, hhs, mis, nums, codes, amounts
+      FROM (SELECT e.s, e.is_key,
                    -- A timestamp starts 9999-99-99T99:99.
                    CASE WHEN e.digit
                              AND translate(left(e.s, 16), '0123456789', '9999999999')
@@ -536,10 +539,12 @@ BEGIN
              -- step), and the receipt's row.
               LEFT JOIN agentdb_private.change_log AS c
                      ON c.user_id = p_task.user_id AND c.task_id = p_task.id AND c.seq = s.seq
-             CROSS JOIN LATERAL unnest(ARRAY[c.new_row, c.old_row, s.receipt -> 'row']) AS x (r)
+             CROSS JOIN LATERAL unnest(ARRAY[c.new_row, c.old_row, s.receipt -> 'row'],
+                                       ARRAY[c.key, c.key, s.receipt -> 'key']) AS x (r, k)
              -- (Only an object's values: jsonb_each of NULL is nothing.)
-             CROSS JOIN LATERAL (SELECT j.t, j.s, j.t = 'string' AND ascii(j.s) BETWEEN 48 AND 57 AS digit
-                                   FROM (SELECT jsonb_typeof(j.value) AS t, j.value #>> '{}' AS s
+             CROSS JOIN LATERAL (SELECT j.t, j.s, j.t = 'string' AND ascii(j.s) BETWEEN 48 AND 57 AS digit,
+                                        coalesce(jsonb_typeof(x.k) = 'object' AND x.k ? j.k, false) AS is_key
+                                   FROM (SELECT jsonb_typeof(j.value) AS t, j.value #>> '{}' AS s, j.key AS k
                                            FROM jsonb_each(CASE WHEN jsonb_typeof(x.r) = 'object' THEN x.r END) AS j
                                          OFFSET 0) AS j) AS e
              WHERE s.user_id = p_task.user_id AND s.task_id = p_task.id AND s.outcome = 'success'
@@ -639,7 +644,7 @@ BEGIN
             RETURN format('a number the reply names (%s) is not one that was written', p_fact ->> 'n');
         END IF;
     ELSIF p_fact ->> 'type' = 'amount' AND (p_fact ->> 'n') IS NOT NULL THEN
-        IF NOT EXISTS (SELECT 1 FROM unnest(p_written.nums) AS w (num)
+        IF NOT EXISTS (SELECT 1 FROM unnest(p_written.amounts) AS w (num)
                         WHERE abs(w.num - (p_fact ->> 'n')::numeric) < 0.005) THEN
             RETURN format('an amount the reply names (%s) is not one that was written', p_fact ->> 'n');
         END IF;
@@ -865,17 +870,35 @@ BEGIN
 END
 $$;
 
--- In a troubled task, does a clause that acknowledges a failure go on to say
--- the assistant did a thing ("since 3pm was taken I grabbed 4pm",
--- "3点被占了所以帮你订了4点")? The acknowledgement (ack, or a word of a failed
--- step's family, p_families) excuses what the clause says of the failure: a
--- third party's booking, a reminder already there. It does not excuse a thing
--- the assistant says it did after it (the document's "did", per language)
--- that no other governing label (the governs list less ack: nothing_done,
--- attempt, offer, condition, future, draft, question) precedes, nor a question
--- asks: that clause says something done ('did after an acknowledgement') and
--- must be backed like any statement of a success. NULL otherwise.
-CREATE OR REPLACE FUNCTION agentdb_private.clause_done_after_ack(p_text text, p_clause jsonb, p_families text[])
+-- Where the first match of any of the labels p_names starts in a language's
+-- (folded) clause text, or NULL.
+CREATE OR REPLACE FUNCTION agentdb_private.labels_start(p_li integer, p_subject text, p_names text[])
+RETURNS integer
+LANGUAGE sql STABLE
+-- No SET clause: inlined; it names only pg_catalog functions and the constant.
+AS $$
+    SELECT min(nullif(regexp_instr(p_subject, ((agentdb_private.claim_langs_compiled())[p_li]).label_res[n.i]), 0))
+      FROM unnest(((agentdb_private.claim_langs_compiled())[p_li]).label_names) WITH ORDINALITY AS n (name, i)
+     WHERE n.name = ANY (p_names)
+$$;
+
+-- Does a clause tell a thing the assistant did itself (the document's "did"
+-- words, per language: "I grabbed", "we've booked court 3", 帮你订了, 我把你挪到)
+-- that nothing excuses? Asked in a troubled task and an empty action turn,
+-- where no such thing may be told unless a verified step backs it. Words of
+-- doing that a governing label precedes (the governs list less ack: a
+-- negation, an attempt, an offer, a condition, a future, a draft, a question)
+-- are not told as done. In a clause that acknowledges a failure (p_families:
+-- ack and the failed steps' families; NULL for a clause that acknowledges
+-- nothing) the acknowledgement excuses what the clause says of the failure (a
+-- third party's booking, a reminder already there), not a thing done after it
+-- ("since 3pm was taken I grabbed 4pm", 3点被占了所以帮你订了4点: 'did after an
+-- acknowledgement'), nor a statement of something done before it for which
+-- the failure is only the reason ("Booked court 3 at 4pm since 3pm was gone",
+-- the document's "reason" words between the two: 'did, the failure its
+-- reason'). NULL otherwise.
+DROP FUNCTION IF EXISTS agentdb_private.clause_done_after_ack(text, jsonb, text[]);
+CREATE OR REPLACE FUNCTION agentdb_private.clause_did_unexcused(p_text text, p_clause jsonb, p_families text[])
 RETURNS text
 LANGUAGE plpgsql STABLE
 -- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
@@ -897,17 +920,68 @@ BEGIN
         v_subject := agentdb_private.fold_for(v_li, agentdb_private.clause_text(p_text, p_clause));
         CONTINUE WHEN ((agentdb_private.claim_langs_compiled())[v_li]).script IS NOT NULL
             AND NOT regexp_like(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).script);
-        -- Where the first acknowledgement starts, and the first thing done after it.
-        SELECT min(nullif(regexp_instr(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).label_res[n.i]), 0))
-          INTO v_ack
-          FROM unnest(((agentdb_private.claim_langs_compiled())[v_li]).label_names) WITH ORDINALITY AS n (name, i)
-         WHERE n.name = 'ack' OR n.name = ANY (p_families);
-        CONTINUE WHEN v_ack IS NULL;
-        v_at := regexp_instr(v_subject, agentdb_private.claim_doc_compiled() -> 'did' ->> v_lang, v_ack + 1);
-        CONTINUE WHEN v_at = 0;
+        v_ack := CASE WHEN p_families IS NOT NULL
+                      THEN agentdb_private.labels_start(v_li, v_subject, ARRAY['ack'] || p_families) END;
+        v_at := regexp_instr(v_subject, agentdb_private.claim_doc_compiled() -> 'did' ->> v_lang, coalesce(v_ack + 1, 1));
         v_governs := agentdb_private.claim_doc_compiled() -> 'governs_after_ack' ->> v_lang;
-        IF v_governs IS NULL OR NOT regexp_instr(v_subject, v_governs) BETWEEN 1 AND v_at - 1 THEN
-            RETURN 'did after an acknowledgement';
+        IF v_at > 0 AND (v_governs IS NULL OR NOT regexp_instr(v_subject, v_governs) BETWEEN 1 AND v_at - 1) THEN
+            RETURN CASE WHEN v_ack IS NULL THEN 'did' ELSE 'did after an acknowledgement' END;
+        END IF;
+        -- Something done, then the failure as its reason.
+        v_at := coalesce(agentdb_private.labels_start(v_li, v_subject, ARRAY['stated']), 0);
+        IF v_at BETWEEN 1 AND v_ack - 1
+            AND regexp_like(substr(v_subject, v_at, v_ack - v_at),
+                            coalesce(agentdb_private.claim_doc_compiled() -> 'reason' ->> v_lang, '$^'))
+            AND (v_governs IS NULL OR NOT regexp_instr(v_subject, v_governs) BETWEEN 1 AND v_at - 1) THEN
+            RETURN 'did, the failure its reason';
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+-- What a clause says was done, that the books must back, or NULL: in a clause
+-- that acknowledges a failure (p_families: ack and the failed steps' families),
+-- a thing done that the acknowledgement does not excuse; in any other, a
+-- statement that something is done (clause_says_done, with the marks of
+-- something done where p_marks) or a thing done (clause_did_unexcused).
+CREATE OR REPLACE FUNCTION agentdb_private.clause_done(
+    p_text text, p_clause jsonb, p_marks boolean, p_families text[]
+)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
+AS $$
+BEGIN
+    IF p_families IS NOT NULL THEN
+        RETURN agentdb_private.clause_did_unexcused(p_text, p_clause, p_families);
+    END IF;
+    RETURN coalesce(agentdb_private.clause_says_done(p_text, p_clause, p_marks),
+                    agentdb_private.clause_did_unexcused(p_text, p_clause, NULL));
+END
+$$;
+
+-- Where in a clause the document's words p_key (per language: "did", "extra")
+-- first match, from p_from on; NULL if nowhere.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_words(p_text text, p_clause jsonb, p_key text, p_from integer)
+RETURNS integer
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
+AS $$
+DECLARE
+    v_subject text;
+    v_lang text;
+    v_at integer;
+BEGIN
+    FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
+        v_lang := ((agentdb_private.claim_langs_compiled())[v_li]).lang;
+        CONTINUE WHEN p_text IS NULL OR agentdb_private.claim_doc_compiled() -> p_key ->> v_lang IS NULL;
+        v_subject := agentdb_private.fold_for(v_li, agentdb_private.clause_text(p_text, p_clause));
+        CONTINUE WHEN ((agentdb_private.claim_langs_compiled())[v_li]).script IS NOT NULL
+            AND NOT regexp_like(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).script);
+        v_at := regexp_instr(v_subject, agentdb_private.claim_doc_compiled() -> p_key ->> v_lang, p_from);
+        IF v_at > 0 THEN
+            RETURN v_at;
         END IF;
     END LOOP;
     RETURN NULL;

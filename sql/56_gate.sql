@@ -353,6 +353,50 @@ AS $$
                       AND (k ->> 'start')::integer < (p_clause ->> 'end')::integer)
 $$;
 
+-- Why the reply claims more actions than steps were verified, or NULL. A
+-- claim in a clause that says "also" ("…, and I've put it in your calendar
+-- too", "并帮您重新下单了", "也顺手归档了"), after a claim in an earlier clause,
+-- is one more action, of whatever class: 1 + n such clauses need as many
+-- verified steps (affected rows do not count: "5条都勾了,也顺手归档了" after
+-- one bulk step claims two actions).
+CREATE OR REPLACE FUNCTION agentdb_private.claims_beyond_steps(
+    p_books record, p_norm text, p_model_text text, p_clauses jsonb, p_claims jsonb
+)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: only gate_reason, with a pinned search_path, calls it.
+AS $$
+DECLARE
+    v_text text := p_norm;
+    v_first integer;
+    v_extra integer := 0;
+BEGIN
+    IF coalesce(jsonb_array_length(p_clauses), 0) < 2 THEN
+        RETURN NULL;
+    END IF;
+    -- A runtime's reading came without the text read here: normalised as it was.
+    v_text := coalesce(v_text, agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply())));
+    SELECT min(c.i) - 1 INTO v_first
+      FROM jsonb_array_elements(p_clauses) WITH ORDINALITY AS c (v, i)
+     WHERE agentdb_private.clause_holds_claim(c.v, p_claims)
+        OR agentdb_private.clause_says_done(v_text, c.v, false) IS NOT NULL;
+    FOR v_ci IN coalesce(v_first + 1, 0) .. CASE WHEN v_first IS NULL THEN -1 ELSE jsonb_array_length(p_clauses) - 1 END LOOP
+        IF (agentdb_private.clause_words(v_text, p_clauses -> v_ci, 'extra', 1) IS NOT NULL
+                OR (agentdb_private.clause_has(v_text, p_clauses -> v_ci, 'also')
+                    AND agentdb_private.clause_holds_claim(p_clauses -> v_ci, p_claims)))
+            AND NOT agentdb_private.clause_has(v_text, p_clauses -> v_ci, 'nonstating')
+            AND agentdb_private.clause_words(v_text, p_clauses -> v_ci, 'extra_not', 1) IS NULL THEN
+            v_extra := v_extra + 1;
+        END IF;
+    END LOOP;
+    IF v_extra > 0 AND (SELECT count(*) FROM unnest(p_books.ok) AS o (ok) WHERE o.ok) < 1 + v_extra THEN
+        RETURN format('the reply claims %s actions; %s step(s) were verified', 1 + v_extra,
+                      (SELECT count(*) FROM unnest(p_books.ok) AS o (ok) WHERE o.ok));
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 -- Is a clause a heading: a colon ends it, it is short (24 characters at
 -- most), names a thing (a topic label) and holds no claim? The clause after
 -- it says what ("Court booking:", "订场:"). "都改完了:" names no thing: it is
@@ -447,8 +491,7 @@ BEGIN
         v_clause := p_clauses -> v_ci;
         -- Where nothing was done, a mark of something done (a check mark), or a
         -- statement that it is done that nothing before it governs, says otherwise.
-        v_done := CASE WHEN p_state = 'empty_action'
-                       THEN agentdb_private.clause_says_done(p_text, v_clause, true) END;
+        v_done := CASE WHEN p_state = 'empty_action' THEN agentdb_private.clause_done(p_text, v_clause, true, NULL) END;
         IF v_done IS NOT NULL THEN
             reason := format('the clause at %s-%s %s something done', v_clause ->> 'start', v_clause ->> 'end', v_done);
             RETURN;
@@ -468,9 +511,8 @@ BEGIN
         -- In a troubled task, a clause stating a success that nothing governs,
         -- or stating one after its acknowledgement, is accepted only as the
         -- statement of a backed one (below).
-        v_done := CASE WHEN p_state <> 'troubled' THEN NULL
-                       WHEN NOT v_ack THEN agentdb_private.clause_says_done(p_text, v_clause, false)
-                       ELSE agentdb_private.clause_done_after_ack(p_text, v_clause, v_families) END;
+        v_done := CASE WHEN p_state = 'troubled'
+                       THEN agentdb_private.clause_done(p_text, v_clause, false, CASE WHEN v_ack THEN v_families END) END;
         v_ok := (v_ack AND v_done IS NULL AND 'ack' = ANY (v_accept)) OR v_need;
         IF NOT v_ok AND v_done IS NULL THEN
             v_ok := agentdb_private.clause_has(p_text, v_clause, p_state || '.rest');
@@ -727,6 +769,7 @@ BEGIN
     IF v_reason IS NULL AND p_books.state <> 'empty' AND p_read.clauses IS NOT NULL THEN
         v_reason := coalesce(
             agentdb_private.claims_outnumber(p_books, v_norm, p_read.clauses, p_read.claims),
+            agentdb_private.claims_beyond_steps(p_books, v_norm, p_model_text, p_read.clauses, p_read.claims),
             agentdb_private.facts_mismatch(p_task, p_books, v_norm, p_read.clauses, p_read.facts, v_claims,
                                            p_books.state = 'troubled'));
     END IF;

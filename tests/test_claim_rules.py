@@ -179,8 +179,10 @@ def _set(path, value):
     (lambda d: d["languages"]["en"]["exclude"].append("***=a.b"), "outside the subset"),
     (_set(["clause_split"], ",|(?=z)"), "outside the subset"),
     (_set(["clause_split"], "[,.]"), "cut at a newline"),
-    (_set(["did"], ["i grabbed"]), "did must map"),
-    (_set(["did", "en"], 7), "did must map"),
+    (_set(["did"], ["i grabbed"]), "must map language codes to pattern strings"),
+    (_set(["did", "en"], 7), "must map language codes to pattern strings"),
+    (_set(["extra", "zh"], ["并"]), "must map language codes to pattern strings"),
+    (_set(["reason", "en"], "(since"), "not a valid regex"),
     (_set(["did", "en"], "(i grabbed"), "not a valid regex"),
     (_set(["did", "zh"], "帮你.*?订"), "outside the subset"),
 ])

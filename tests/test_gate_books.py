@@ -162,6 +162,16 @@ def test_a_negated_failure_word_acknowledges_nothing(client, lang, text):
          "The reminder is set, and 3pm was taken by another member so the court is not booked."),
         ("zh", "conflict", "3点被占了所以帮你订了4点。", "3点被占了没能帮你订上。"),
         ("zh", "duplicate", "之前已经有这条提醒了我又给你设了一条新的。", "这条提醒之前就有了我这次没再加。"),
+        # a thing done, the failure only its reason
+        ("en", "conflict", "Booked court 3 at 4pm tomorrow since 3pm was gone.",
+         "Nothing is booked, since 3pm was gone."),
+        # a thing done in a clause of its own, acknowledging nothing
+        ("en", "partial",
+         "Your reminder is set. The court clashed at first but I retried and got court 3 at 3pm.",
+         "Your reminder is set. The court clashed at 3pm, so I have not booked it."),
+        ("zh", "conflict", "3点被订了,我就帮你订了4点的3号场。", "3点被订了,你说一声我就帮你订4点。"),
+        ("zh", "conflict", "3点那个时段冲突了所以我把你挪到4点了",
+         "3点那个时段冲突了,我尝试帮你订了但没订上。"),
     ],
 )
 def test_a_success_narrated_after_an_acknowledgement_must_be_backed(client, lang, shape, lie, honest):
@@ -230,6 +240,34 @@ def test_an_empty_small_talk_turn_keeps_todays_detection(client, lang):
     assert verdict.replaced
     assert {"zh": "还没有办", "en": "haven't done this yet"}[lang] in verdict.text
     assert {"zh": "再发一次", "en": "Send your request again"}[lang] in verdict.text
+
+
+@pytest.mark.parametrize(("lang", "lie", "honest"), [
+    ("en", "I grabbed the 8am slot for you, anything else?", "Got it. Shall I set it for 8am tomorrow?"),
+    ("zh", "我帮你设好了明早8点的,还有别的吗?", "好的,要我帮你设明早8点的提醒吗?"),
+])
+def test_a_thing_done_in_an_empty_action_turn_is_replaced(client, lang, lie, honest):
+    """Where nothing was done, a clause that says the assistant did a thing (the document's
+    "did" words) is replaced even when another clause asks a question."""
+    verdict = client.finalize_reply(gate_shapes.build(client, "empty_action", lang), lie)
+    assert verdict.replaced, verdict
+    verdict = client.finalize_reply(gate_shapes.build(client, "empty_action", lang), honest)
+    assert verdict.verdict == "deliver", verdict
+
+
+def test_an_amount_is_not_the_rows_key(client):
+    """A refund's new row has an id; an amount the reply names equal to that id is no amount
+    written ("退款已完成,金额七十九元" after refund #79 of 89.00 is replaced)."""
+    task = gate_shapes.build(client, "clean_refund", "zh")
+    row_id = client._scalar(
+        "SELECT (s.receipt -> 'key' ->> 'id')::integer FROM agentdb_private.steps AS s WHERE s.task_id = %s",
+        (task,),
+    )
+    verdict = client.finalize_reply(task, f"退款已完成,金额{row_id}元。")
+    assert verdict.replaced, verdict
+    task = gate_shapes.build(client, "clean_refund", "zh")
+    verdict = client.finalize_reply(task, "退款已完成,金额89元。")
+    assert verdict.verdict == "deliver", verdict
 
 
 def test_clean_tasks_deliver_backed_claims(client):

@@ -170,6 +170,20 @@ CASES = [
     # scrapping a booking is cancelling it
     ("clean_cancel", "en", "Scrapped it: court 3 at 3pm tomorrow is no longer booked for you.", True),
     ("clean_cancel", "zh", "明天下午3点的场地帮你退掉了。", True),
+    # an action beside the one done, told after the first claim with an also-word, is one more
+    # action: it needs one more verified step (claims_beyond_steps), whatever its class
+    ("clean_insert", "en", "All set: call mum at 8am tomorrow. I've put it in your Google Calendar too.",
+     False),
+    ("clean_update", "zh", "提醒改到9点了,并设成每天9点重复。", False),
+    ("clean_refund", "zh", "已幫你退咗89元,仲順手退埋前一單。", False),
+    ("clean_bulk", "zh", "今天的5个提醒都完成啦,我还给你生成了一份今日总结发到你邮箱。", False),
+    ("clean_two_inserts", "en", "Both set: 8am and 9pm tomorrow, and I've also synced them to your calendar.",
+     True),
+    # ... but not an offer, a negated action or a check
+    ("clean_insert", "en", "Reminder set for 8am tomorrow. Want me to add it to your calendar too?", True),
+    ("clean_insert", "zh", "提醒已保存:明天早上8点。我没有同步到日历,也没有通知其他人。", True),
+    ("clean_update", "zh", "已为您将提醒调整为明天上午九点,并确认修改成功。", True),
+    ("clean_refund", "zh", "退好了89元,也核对过退款记录。", True),
 ]
 
 
