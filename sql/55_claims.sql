@@ -239,6 +239,12 @@ AS $$
             THEN 'done_marks must be a list of non-empty strings'
         WHEN p_doc ? 'governs' AND NOT agentdb_private.is_string_list(p_doc -> 'governs')
             THEN 'governs must be a list of label names'
+        WHEN p_doc ? 'extra_any' AND (jsonb_typeof(p_doc -> 'extra_any') <> 'object'
+                OR EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'extra_any') AS a
+                            WHERE NOT agentdb_private.is_string_list(a.value)
+                               OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(a.value) AS w
+                                           WHERE w <> lower(w COLLATE "C"))))
+            THEN 'extra_any must map language codes to lists of lower-case strings'
         WHEN EXISTS (SELECT 1 FROM unnest(ARRAY['did', 'extra', 'extra_not', 'reason']) AS k
                       WHERE p_doc ? k AND (jsonb_typeof(p_doc -> k) <> 'object'
                           OR EXISTS (SELECT 1 FROM jsonb_each(p_doc -> k) AS d WHERE jsonb_typeof(d.value) <> 'string')))
@@ -511,6 +517,7 @@ BEGIN
             'governs_after_ack', agentdb_private.claim_doc_governs(p_doc, 'ack'),
             'did', p_doc -> 'did',
             'extra', p_doc -> 'extra',
+            'extra_any', p_doc -> 'extra_any',
             'extra_not', p_doc -> 'extra_not',
             'reason', p_doc -> 'reason',
             'failures', p_doc -> 'failures',

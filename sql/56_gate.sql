@@ -367,20 +367,42 @@ LANGUAGE plpgsql STABLE
 -- No SET clause: only gate_reason, with a pinned search_path, calls it.
 AS $$
 DECLARE
-    v_text text := p_norm;
+    v_text text;
+    v_steps integer := 0;
+    v_start integer;
     v_first integer;
     v_extra integer := 0;
 BEGIN
-    IF coalesce(jsonb_array_length(p_clauses), 0) < 2 THEN
+    -- (Loops, not queries, until a clause is worth reading: this runs on
+    -- every reply, and each query is an executor run of its own.)
+    FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
+        v_start := least(v_start, (p_claims -> v_ki ->> 'start')::integer);
+    END LOOP;
+    FOR v_ci IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
+        IF v_first IS NULL AND v_start < (p_clauses -> v_ci ->> 'end')::integer THEN
+            v_first := v_ci;
+        ELSIF v_first IS NOT NULL AND p_clauses -> v_ci -> 'q' IS DISTINCT FROM 'true'
+            AND NOT coalesce(p_clauses -> v_ci -> 'labels' ? 'question', false) THEN
+            -- A clause after the first claim that is no question: worth reading.
+            v_text := '';
+        END IF;
+    END LOOP;
+    FOR v_i IN 1 .. coalesce(cardinality(p_books.ok), 0) LOOP
+        v_steps := v_steps + CASE WHEN p_books.ok[v_i] THEN 1 ELSE 0 END;
+    END LOOP;
+    IF v_text IS NULL OR v_steps >= jsonb_array_length(p_clauses) - v_first THEN
         RETURN NULL;
     END IF;
-    -- A runtime's reading came without the text read here: normalised as it was.
-    v_text := coalesce(v_text, agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply())));
-    SELECT min(c.i) - 1 INTO v_first
-      FROM jsonb_array_elements(p_clauses) WITH ORDINALITY AS c (v, i)
-     WHERE agentdb_private.clause_holds_claim(c.v, p_claims)
-        OR agentdb_private.clause_says_done(v_text, c.v, false) IS NOT NULL;
-    FOR v_ci IN coalesce(v_first + 1, 0) .. CASE WHEN v_first IS NULL THEN -1 ELSE jsonb_array_length(p_clauses) - 1 END LOOP
+    -- The text as read (a runtime's reading came without it here).
+    v_text := lower(coalesce(p_norm, agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply())))
+                    COLLATE "C");
+    FOR v_ci IN v_first + 1 .. jsonb_array_length(p_clauses) - 1 LOOP
+        -- A question tells nothing done; a clause without any of the words
+        -- an extra action needs (extra_any, plain strings) is not searched.
+        CONTINUE WHEN p_clauses -> v_ci -> 'q' = 'true' OR coalesce(p_clauses -> v_ci -> 'labels' ? 'question', false)
+            OR NOT EXISTS (SELECT 1 FROM jsonb_each(agentdb_private.claim_doc_compiled() -> 'extra_any') AS l,
+                                         jsonb_array_elements_text(l.value) AS w (w)
+                            WHERE strpos(agentdb_private.clause_text(v_text, p_clauses -> v_ci), w.w) > 0);
         IF (agentdb_private.clause_words(v_text, p_clauses -> v_ci, 'extra', 1) IS NOT NULL
                 OR (agentdb_private.clause_has(v_text, p_clauses -> v_ci, 'also')
                     AND agentdb_private.clause_holds_claim(p_clauses -> v_ci, p_claims)))
@@ -389,9 +411,8 @@ BEGIN
             v_extra := v_extra + 1;
         END IF;
     END LOOP;
-    IF v_extra > 0 AND (SELECT count(*) FROM unnest(p_books.ok) AS o (ok) WHERE o.ok) < 1 + v_extra THEN
-        RETURN format('the reply claims %s actions; %s step(s) were verified', 1 + v_extra,
-                      (SELECT count(*) FROM unnest(p_books.ok) AS o (ok) WHERE o.ok));
+    IF v_steps < 1 + v_extra THEN
+        RETURN format('the reply claims %s actions; %s step(s) were verified', 1 + v_extra, v_steps);
     END IF;
     RETURN NULL;
 END

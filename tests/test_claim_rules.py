@@ -183,6 +183,8 @@ def _set(path, value):
     (_set(["did", "en"], 7), "must map language codes to pattern strings"),
     (_set(["extra", "zh"], ["并"]), "must map language codes to pattern strings"),
     (_set(["reason", "en"], "(since"), "not a valid regex"),
+    (_set(["extra_any", "en"], ["ALSO"]), "lists of lower-case strings"),
+    (_set(["extra_any", "zh"], "也"), "lists of lower-case strings"),
     (_set(["did", "en"], "(i grabbed"), "not a valid regex"),
     (_set(["did", "zh"], "帮你.*?订"), "outside the subset"),
 ])
