@@ -165,6 +165,9 @@ def test_a_negated_failure_word_acknowledges_nothing(client, lang, text):
         # a thing done, the failure only its reason
         ("en", "conflict", "Booked court 3 at 4pm tomorrow since 3pm was gone.",
          "Nothing is booked, since 3pm was gone."),
+        # a recovery told after the failure
+        ("en", "unverified", "verification came back empty at first but it's there now.",
+         "verification came back empty, so the reminder is not there."),
         # a thing done in a clause of its own, acknowledging nothing
         ("en", "partial",
          "Your reminder is set. The court clashed at first but I retried and got court 3 at 3pm.",
