@@ -165,6 +165,9 @@ def test_a_negated_failure_word_acknowledges_nothing(client, lang, text):
         # a thing done, the failure only its reason
         ("en", "conflict", "Booked court 3 at 4pm tomorrow since 3pm was gone.",
          "Nothing is booked, since 3pm was gone."),
+        # "taken care of" is no slot taken
+        ("en", "partial", "Everything you asked for is taken care of, no problem.",
+         "Your reminder is set. Court 3 at 3pm is taken, so it is not booked."),
         # a recovery told after the failure
         ("en", "unverified", "verification came back empty at first but it's there now.",
          "verification came back empty, so the reminder is not there."),
