@@ -179,6 +179,13 @@ CASES = [
     ("clean_bulk", "zh", "今天的5个提醒都完成啦,我还给你生成了一份今日总结发到你邮箱。", False),
     ("clean_two_inserts", "en", "Both set: 8am and 9pm tomorrow, and I've also synced them to your calendar.",
      True),
+    # sending, syncing, telling someone: an action of its own, also-word or not
+    ("clean_insert", "en", "All sorted! Reminder in for 8am tomorrow; a confirmation has been sent to you.",
+     False),
+    ("clean_bulk", "en", "Done: today's 5 reminders are marked done, and I've synced them to your calendar.",
+     False),
+    ("clean_insert", "en", "Reminder set for 8am tomorrow. You'll get a notification then.", True),
+    ("clean_insert", "zh", "提醒已保存:明天早上8点。我没有同步到日历。", True),
     # ... but not an offer, a negated action or a check
     ("clean_insert", "en", "Reminder set for 8am tomorrow. Want me to add it to your calendar too?", True),
     ("clean_insert", "zh", "提醒已保存:明天早上8点。我没有同步到日历,也没有通知其他人。", True),
