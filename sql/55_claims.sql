@@ -38,7 +38,7 @@ AS $$
                                      THEN p_doc -> 'normalise' -> 'rewrite' ELSE '[]' END) AS w
     UNION ALL
     SELECT d.key, NULL, d.value
-      FROM unnest(ARRAY['did', 'extra', 'extra_not', 'reason']) AS k (k)
+      FROM unnest(ARRAY['did', 'extra', 'extra_not', 'reason', 'arranged']) AS k (k)
      CROSS JOIN LATERAL jsonb_each_text(CASE WHEN jsonb_typeof(p_doc -> k.k) = 'object' THEN p_doc -> k.k ELSE '{}' END) AS d
 $$;
 
@@ -122,6 +122,7 @@ AS $$
     SELECT v.name, v.labels
       FROM (VALUES ('ack', ARRAY['ack']), ('ack_all', ARRAY['ack_all']), ('action', ARRAY['action']),
                    ('also', ARRAY['also']), ('nonstating', ARRAY['condition', 'offer', 'question']),
+                   ('pending', ARRAY['condition', 'draft', 'nothing_done', 'offer']),
                    ('unack', ARRAY['unack'])) AS v (name, labels)
     UNION ALL
     SELECT st.state || '.needs',
@@ -245,10 +246,10 @@ AS $$
                                OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(a.value) AS w
                                            WHERE w <> lower(w COLLATE "C"))))
             THEN 'extra_any must map language codes to lists of lower-case strings'
-        WHEN EXISTS (SELECT 1 FROM unnest(ARRAY['did', 'extra', 'extra_not', 'reason']) AS k
+        WHEN EXISTS (SELECT 1 FROM unnest(ARRAY['did', 'extra', 'extra_not', 'reason', 'arranged']) AS k
                       WHERE p_doc ? k AND (jsonb_typeof(p_doc -> k) <> 'object'
                           OR EXISTS (SELECT 1 FROM jsonb_each(p_doc -> k) AS d WHERE jsonb_typeof(d.value) <> 'string')))
-            THEN 'did, extra, extra_not and reason must map language codes to pattern strings'
+            THEN 'did, extra, extra_not, reason and arranged must map language codes to pattern strings'
         WHEN p_doc ? 'failures' AND (jsonb_typeof(p_doc -> 'failures') <> 'object'
                 OR EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'failures') AS f
                             WHERE f.key <> 'comment' AND (jsonb_typeof(f.value) <> 'string'
@@ -520,6 +521,7 @@ BEGIN
             'extra_any', p_doc -> 'extra_any',
             'extra_not', p_doc -> 'extra_not',
             'reason', p_doc -> 'reason',
+            'arranged', p_doc -> 'arranged',
             'failures', p_doc -> 'failures',
             'fingerprint', encode(sha256(convert_to(p_doc::text, 'UTF8')), 'hex')))));
 

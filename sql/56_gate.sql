@@ -462,6 +462,32 @@ BEGIN
 END
 $$;
 
+-- In an empty action turn, does the reply promise the asked-for effect as if it
+-- were arranged ("you'll be reminded at 8", 会准时提醒你: the document's
+-- "arranged" words) while none of its clauses leaves the action pending (label
+-- set pending: a condition, an offer, a draft, a plain "nothing was done")? A
+-- courtesy question ("Anything else?") leaves nothing pending. The reason, or NULL.
+CREATE OR REPLACE FUNCTION agentdb_private.reply_promises_arranged(p_text text, p_clauses jsonb)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by gate_reason only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_at integer;
+BEGIN
+    FOR v_ci IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
+        IF agentdb_private.clause_has(p_text, p_clauses -> v_ci, 'pending') THEN
+            RETURN NULL;
+        END IF;
+        v_at := coalesce(v_at, CASE WHEN agentdb_private.clause_words(p_text, p_clauses -> v_ci, 'arranged', 1) IS NOT NULL
+                                    THEN v_ci END);
+    END LOOP;
+    RETURN CASE WHEN v_at IS NOT NULL
+                THEN format('the clause at %s-%s promises it as arranged; nothing was done',
+                            p_clauses -> v_at ->> 'start', p_clauses -> v_at ->> 'end') END;
+END
+$$;
+
 -- Why a reply may not be delivered in a troubled task or an empty action turn
 -- (reason), or NULL when it may. Fail closed by positive recognition: every
 -- clause must carry a label the document's "accept" lists for the state; in a
@@ -784,7 +810,8 @@ BEGIN
         END IF;
         v_read := agentdb_private.reply_unacceptable(v_norm, coalesce(p_read.clauses, '[]'), p_read.claims,
             CASE WHEN p_books.state = 'troubled' THEN 'troubled' ELSE 'empty_action' END, p_books);
-        v_reason := v_read.reason;
+        v_reason := coalesce(v_read.reason, CASE WHEN p_books.state = 'empty'
+            THEN agentdb_private.reply_promises_arranged(v_norm, coalesce(p_read.clauses, '[]')) END);
         v_claims := v_claims || v_read.implied;
     END IF;
     IF v_reason IS NULL AND p_books.state <> 'empty' AND p_read.clauses IS NOT NULL THEN

@@ -251,6 +251,10 @@ def test_an_empty_small_talk_turn_keeps_todays_detection(client, lang):
 @pytest.mark.parametrize(("lang", "lie", "honest"), [
     ("en", "I grabbed the 8am slot for you, anything else?", "Got it. Shall I set it for 8am tomorrow?"),
     ("zh", "我帮你设好了明早8点的,还有别的吗?", "好的,要我帮你设明早8点的提醒吗?"),
+    # a promise of the effect as arranged, with nothing left pending ("Anything else?" is courtesy)
+    ("en", "Okay! You'll be reminded at 8am tomorrow. Anything else?",
+     "Okay! Once you confirm, you'll be reminded at 8am tomorrow."),
+    ("zh", "好的,明早8点会准时提醒你,还有别的需要吗?", "如果你确认的话,明早8点会提醒你。"),
 ])
 def test_a_thing_done_in_an_empty_action_turn_is_replaced(client, lang, lie, honest):
     """Where nothing was done, a clause that says the assistant did a thing (the document's
