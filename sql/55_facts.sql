@@ -870,6 +870,29 @@ BEGIN
 END
 $$;
 
+-- Does a clause ask (the separator after it asks, or a runtime read it as a
+-- question)? A question tells nothing done.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_asks(p_clause jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(p_clause -> 'q' = 'true', false) OR coalesce(p_clause -> 'labels' ? 'question', false)
+$$;
+
+-- A clause's text as language p_li reads it (clause_text, folded by
+-- fold_for), or NULL when the clause holds none of the language's script.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_subject(p_li integer, p_text text, p_clause jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+-- No SET clause: inlined; it names only pg_catalog functions and the constant.
+AS $$
+    SELECT CASE WHEN ((agentdb_private.claim_langs_compiled())[p_li]).script IS NULL
+                  OR regexp_like(agentdb_private.clause_text(p_text, p_clause),
+                                 ((agentdb_private.claim_langs_compiled())[p_li]).script)
+                THEN agentdb_private.fold_for(p_li, agentdb_private.clause_text(p_text, p_clause)) END
+$$;
+
 -- Where the first match of any of the labels p_names starts in a language's
 -- (folded) clause text, or NULL.
 CREATE OR REPLACE FUNCTION agentdb_private.labels_start(p_li integer, p_subject text, p_names text[])
@@ -911,15 +934,14 @@ DECLARE
     v_governs text;
 BEGIN
     IF p_text IS NULL OR agentdb_private.claim_doc_compiled() -> 'did' IS NULL
-        OR p_clause -> 'q' = 'true' OR coalesce(p_clause -> 'labels' ? 'question', false) THEN
+        OR agentdb_private.clause_asks(p_clause) THEN
         RETURN NULL;
     END IF;
     FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
         v_lang := ((agentdb_private.claim_langs_compiled())[v_li]).lang;
         CONTINUE WHEN agentdb_private.claim_doc_compiled() -> 'did' ->> v_lang IS NULL;
-        v_subject := agentdb_private.fold_for(v_li, agentdb_private.clause_text(p_text, p_clause));
-        CONTINUE WHEN ((agentdb_private.claim_langs_compiled())[v_li]).script IS NOT NULL
-            AND NOT regexp_like(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).script);
+        v_subject := agentdb_private.clause_subject(v_li, p_text, p_clause);
+        CONTINUE WHEN v_subject IS NULL;
         v_ack := CASE WHEN p_families IS NOT NULL
                       THEN agentdb_private.labels_start(v_li, v_subject, ARRAY['ack'] || p_families) END;
         v_at := regexp_instr(v_subject, agentdb_private.claim_doc_compiled() -> 'did' ->> v_lang, coalesce(v_ack + 1, 1));
@@ -976,9 +998,8 @@ BEGIN
     FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
         v_lang := ((agentdb_private.claim_langs_compiled())[v_li]).lang;
         CONTINUE WHEN p_text IS NULL OR agentdb_private.claim_doc_compiled() -> p_key ->> v_lang IS NULL;
-        v_subject := agentdb_private.fold_for(v_li, agentdb_private.clause_text(p_text, p_clause));
-        CONTINUE WHEN ((agentdb_private.claim_langs_compiled())[v_li]).script IS NOT NULL
-            AND NOT regexp_like(v_subject, ((agentdb_private.claim_langs_compiled())[v_li]).script);
+        v_subject := agentdb_private.clause_subject(v_li, p_text, p_clause);
+        CONTINUE WHEN v_subject IS NULL;
         v_at := regexp_instr(v_subject, agentdb_private.claim_doc_compiled() -> p_key ->> v_lang, p_from);
         IF v_at > 0 THEN
             RETURN v_at;

@@ -368,9 +368,10 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_text text;
-    v_steps integer := 0;
+    v_steps integer := p_books.steps - p_books.failed;
     v_start integer;
     v_first integer;
+    v_worth boolean := false;
     v_extra integer := 0;
 BEGIN
     -- (Loops, not queries, until a clause is worth reading: this runs on
@@ -381,16 +382,12 @@ BEGIN
     FOR v_ci IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
         IF v_first IS NULL AND v_start < (p_clauses -> v_ci ->> 'end')::integer THEN
             v_first := v_ci;
-        ELSIF v_first IS NOT NULL AND p_clauses -> v_ci -> 'q' IS DISTINCT FROM 'true'
-            AND NOT coalesce(p_clauses -> v_ci -> 'labels' ? 'question', false) THEN
+        ELSIF v_first IS NOT NULL AND NOT agentdb_private.clause_asks(p_clauses -> v_ci) THEN
             -- A clause after the first claim that is no question: worth reading.
-            v_text := '';
+            v_worth := true;
         END IF;
     END LOOP;
-    FOR v_i IN 1 .. coalesce(cardinality(p_books.ok), 0) LOOP
-        v_steps := v_steps + CASE WHEN p_books.ok[v_i] THEN 1 ELSE 0 END;
-    END LOOP;
-    IF v_text IS NULL OR v_steps >= jsonb_array_length(p_clauses) - v_first THEN
+    IF NOT v_worth OR v_steps >= jsonb_array_length(p_clauses) - v_first THEN
         RETURN NULL;
     END IF;
     -- The text as read (a runtime's reading came without it here).
@@ -399,7 +396,7 @@ BEGIN
     FOR v_ci IN v_first + 1 .. jsonb_array_length(p_clauses) - 1 LOOP
         -- A question tells nothing done; a clause without any of the words
         -- an extra action needs (extra_any, plain strings) is not searched.
-        CONTINUE WHEN p_clauses -> v_ci -> 'q' = 'true' OR coalesce(p_clauses -> v_ci -> 'labels' ? 'question', false)
+        CONTINUE WHEN agentdb_private.clause_asks(p_clauses -> v_ci)
             OR NOT EXISTS (SELECT 1 FROM jsonb_each(agentdb_private.claim_doc_compiled() -> 'extra_any') AS l,
                                          jsonb_array_elements_text(l.value) AS w (w)
                             WHERE strpos(agentdb_private.clause_text(v_text, p_clauses -> v_ci), w.w) > 0);
