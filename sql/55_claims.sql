@@ -38,7 +38,7 @@ AS $$
                                      THEN p_doc -> 'normalise' -> 'rewrite' ELSE '[]' END) AS w
     UNION ALL
     SELECT d.key, NULL, d.value
-      FROM unnest(ARRAY['did', 'extra', 'extra_not', 'reason', 'arranged']) AS k (k)
+      FROM unnest(ARRAY['did', 'extra', 'extra_not', 'reason', 'arranged', 'recovered']) AS k (k)
      CROSS JOIN LATERAL jsonb_each_text(CASE WHEN jsonb_typeof(p_doc -> k.k) = 'object' THEN p_doc -> k.k ELSE '{}' END) AS d
 $$;
 
@@ -246,10 +246,10 @@ AS $$
                                OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(a.value) AS w
                                            WHERE w <> lower(w COLLATE "C"))))
             THEN 'extra_any must map language codes to lists of lower-case strings'
-        WHEN EXISTS (SELECT 1 FROM unnest(ARRAY['did', 'extra', 'extra_not', 'reason', 'arranged']) AS k
+        WHEN EXISTS (SELECT 1 FROM unnest(ARRAY['did', 'extra', 'extra_not', 'reason', 'arranged', 'recovered']) AS k
                       WHERE p_doc ? k AND (jsonb_typeof(p_doc -> k) <> 'object'
                           OR EXISTS (SELECT 1 FROM jsonb_each(p_doc -> k) AS d WHERE jsonb_typeof(d.value) <> 'string')))
-            THEN 'did, extra, extra_not, reason and arranged must map language codes to pattern strings'
+            THEN 'did, extra, extra_not, reason, arranged and recovered must map language codes to pattern strings'
         WHEN p_doc ? 'failures' AND (jsonb_typeof(p_doc -> 'failures') <> 'object'
                 OR EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'failures') AS f
                             WHERE f.key <> 'comment' AND (jsonb_typeof(f.value) <> 'string'
@@ -462,9 +462,11 @@ $$;
 -- "governs" list, or nothing_done, ack, attempt, offer, condition, future,
 -- draft and question; those the language has, in that order, less p_without
 -- (the list that governs a statement after an acknowledgement leaves out ack:
--- clause_did_unexcused). Built when the patterns are loaded, not on every clause.
+-- clause_did_unexcused; a success told after a failure, ack and attempt:
+-- clause_recovers). Built when the patterns are loaded, not on every clause.
 DROP FUNCTION IF EXISTS agentdb_private.claim_doc_governs(jsonb);
-CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_governs(p_doc jsonb, p_without text DEFAULT NULL)
+DROP FUNCTION IF EXISTS agentdb_private.claim_doc_governs(jsonb, text);
+CREATE OR REPLACE FUNCTION agentdb_private.claim_doc_governs(p_doc jsonb, p_without text[] DEFAULT '{}')
 RETURNS jsonb
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -475,7 +477,7 @@ AS $$
                           p_doc -> 'governs',
                           '["nothing_done", "ack", "attempt", "offer", "condition", "future", "draft", "question"]'))
                       WITH ORDINALITY AS g (g, n)
-                WHERE l.value -> 'labels' ? g.g AND g.g IS DISTINCT FROM p_without))
+                WHERE l.value -> 'labels' ? g.g AND g.g <> ALL (p_without)))
       FROM jsonb_each(p_doc -> 'languages') AS l
 $$;
 
@@ -515,13 +517,15 @@ BEGIN
             'accept', p_doc -> 'accept', 'needs', p_doc -> 'needs',
             'classes', p_doc -> 'classes', 'facts', p_doc -> 'facts', 'done_marks', p_doc -> 'done_marks',
             'governs', agentdb_private.claim_doc_governs(p_doc),
-            'governs_after_ack', agentdb_private.claim_doc_governs(p_doc, 'ack'),
+            'governs_after_ack', agentdb_private.claim_doc_governs(p_doc, ARRAY['ack']),
+            'governs_recovered', agentdb_private.claim_doc_governs(p_doc, ARRAY['ack', 'attempt']),
             'did', p_doc -> 'did',
             'extra', p_doc -> 'extra',
             'extra_any', p_doc -> 'extra_any',
             'extra_not', p_doc -> 'extra_not',
             'reason', p_doc -> 'reason',
             'arranged', p_doc -> 'arranged',
+            'recovered', p_doc -> 'recovered',
             'failures', p_doc -> 'failures',
             'fingerprint', encode(sha256(convert_to(p_doc::text, 'UTF8')), 'hex')))));
 

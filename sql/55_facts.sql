@@ -962,6 +962,50 @@ BEGIN
 END
 $$;
 
+-- Does a clause tell a success after a failure: the document's "recovered"
+-- words ("I retried and it went through", "the second one worked", "it's
+-- there now", 我重新试了一下就成功了, 现在已经有了), told after an
+-- acknowledgement (p_acked: in an earlier clause; else one of p_families, with
+-- ack, must start before them in this one), with no failure told after them
+-- in the clause ("it went through then vanished")? An attempt or an
+-- acknowledgement before the words does not govern them ("tried again and it
+-- worked"); a negation, offer, condition, future, draft or question does
+-- (governs_recovered: "if it went through you'd see it"). A question asks.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_recovers(
+    p_text text, p_clause jsonb, p_families text[], p_acked boolean
+)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by reply_tells_recovery only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_names text [] := ARRAY['ack'] || p_families;
+    v_lang text;
+    v_re text;
+    v_subject text;
+    v_at integer;
+BEGIN
+    IF p_text IS NULL OR agentdb_private.clause_asks(p_clause) THEN
+        RETURN false;
+    END IF;
+    FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
+        v_lang := ((agentdb_private.claim_langs_compiled())[v_li]).lang;
+        v_re := agentdb_private.claim_doc_compiled() -> 'recovered' ->> v_lang;
+        CONTINUE WHEN v_re IS NULL;
+        v_subject := agentdb_private.clause_subject(v_li, p_text, p_clause);
+        v_at := CASE WHEN v_subject IS NOT NULL THEN regexp_instr(v_subject, v_re) ELSE 0 END;
+        CONTINUE WHEN v_at = 0
+            OR NOT (p_acked OR coalesce(agentdb_private.labels_start(v_li, v_subject, v_names) < v_at, false))
+            OR regexp_instr(v_subject, coalesce(agentdb_private.claim_doc_compiled() -> 'governs_recovered' ->> v_lang, '$^'))
+               BETWEEN 1 AND v_at - 1
+            OR agentdb_private.labels_start(v_li, substr(v_subject, regexp_instr(v_subject, v_re, 1, 1, 1)), v_names)
+               IS NOT NULL;
+        RETURN true;
+    END LOOP;
+    RETURN false;
+END
+$$;
+
 -- What a clause says was done, that the books must back, or NULL: in a clause
 -- that acknowledges a failure (p_families: ack and the failed steps' families),
 -- a thing done that the acknowledgement does not excuse; in any other, a

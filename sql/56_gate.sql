@@ -459,6 +459,79 @@ BEGIN
 END
 $$;
 
+-- Does a clause acknowledge a failure: the ack label or the family of a failed
+-- step (p_families), and no reassurance or negated failure word (unack)?
+CREATE OR REPLACE FUNCTION agentdb_private.clause_acks(p_text text, p_clause jsonb, p_families text[])
+RETURNS boolean
+LANGUAGE sql STABLE
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
+AS $$
+    SELECT (agentdb_private.clause_has(p_text, p_clause, 'ack')
+            OR EXISTS (SELECT 1 FROM unnest(coalesce(p_families, '{}')) AS f (f)
+                        WHERE agentdb_private.clause_has(p_text, p_clause, f.f)))
+       AND NOT agentdb_private.clause_has(p_text, p_clause, 'unack')
+$$;
+
+-- Is a failure told after clause p_ci, in its sentence (no . ! ? 。！？ or line
+-- break between)? "It went through, but the check found nothing" tells the
+-- failure last: the success is what seemed to happen, not a recovery.
+CREATE OR REPLACE FUNCTION agentdb_private.sentence_acks_after(
+    p_text text, p_clauses jsonb, p_ci integer, p_families text[]
+)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by reply_tells_recovery only, under finalize_reply's pinned search_path.
+AS $$
+BEGIN
+    FOR v_ci IN p_ci + 1 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
+        EXIT WHEN substr(p_text, (p_clauses -> (v_ci - 1) ->> 'end')::integer + 1,
+                         (p_clauses -> v_ci ->> 'start')::integer - (p_clauses -> (v_ci - 1) ->> 'end')::integer)
+                  ~ '[.!?。！？\n]';
+        IF agentdb_private.clause_acks(p_text, p_clauses -> v_ci, p_families) THEN
+            RETURN true;
+        END IF;
+    END LOOP;
+    RETURN false;
+END
+$$;
+
+-- In a troubled task, does the reply tell a success after the failure that no
+-- verified step backs ("Login expired, so I retried and it went through",
+-- 刚才没存上,我重新试了一下就成功了, 回读一开始是空的,现在已经有了)? Such
+-- a clause (clause_recovers), unless a failure is told after it in its
+-- sentence (sentence_acks_after), must speak of a class a verified step backs
+-- (clause_success_class: in a partial task, "the court was taken but the
+-- reminder went through"). The reason, or NULL.
+CREATE OR REPLACE FUNCTION agentdb_private.reply_tells_recovery(p_text text, p_clauses jsonb, p_books record)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by gate_reason only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_families text [];
+    v_clause jsonb;
+BEGIN
+    IF agentdb_private.claim_doc_compiled() -> 'recovered' IS NULL THEN
+        RETURN NULL;
+    END IF;
+    FOR v_ci IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
+        v_clause := p_clauses -> v_ci;
+        -- The words first (asked as if a failure came before), then the rest.
+        CONTINUE WHEN NOT agentdb_private.clause_recovers(p_text, v_clause, NULL, true);
+        v_families := coalesce(v_families, agentdb_private.failure_families(p_books));
+        IF agentdb_private.clause_recovers(p_text, v_clause, v_families, EXISTS (
+                SELECT 1 FROM generate_series(0, v_ci - 1) AS b (i)
+                 WHERE agentdb_private.clause_acks(p_text, p_clauses -> b.i, v_families)))
+            AND NOT agentdb_private.sentence_acks_after(p_text, p_clauses, v_ci, v_families)
+            AND agentdb_private.clause_success_class(p_text, p_clauses, v_ci, p_books) IS NULL THEN
+            RETURN format('the clause at %s-%s tells a success after the failure that no step backs',
+                          v_clause ->> 'start', v_clause ->> 'end');
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
 -- In an empty action turn, does the reply promise the asked-for effect as if it
 -- were arranged ("you'll be reminded at 8", 会准时提醒你: the document's
 -- "arranged" words) while none of its clauses leaves the action pending (label
@@ -808,7 +881,8 @@ BEGIN
         v_read := agentdb_private.reply_unacceptable(v_norm, coalesce(p_read.clauses, '[]'), p_read.claims,
             CASE WHEN p_books.state = 'troubled' THEN 'troubled' ELSE 'empty_action' END, p_books);
         v_reason := coalesce(v_read.reason, CASE WHEN p_books.state = 'empty'
-            THEN agentdb_private.reply_promises_arranged(v_norm, coalesce(p_read.clauses, '[]')) END);
+            THEN agentdb_private.reply_promises_arranged(v_norm, coalesce(p_read.clauses, '[]'))
+            ELSE agentdb_private.reply_tells_recovery(v_norm, p_read.clauses, p_books) END);
         v_claims := v_claims || v_read.implied;
     END IF;
     IF v_reason IS NULL AND p_books.state <> 'empty' AND p_read.clauses IS NOT NULL THEN

@@ -187,6 +187,9 @@ def _set(path, value):
     (_set(["extra_any", "zh"], "也"), "lists of lower-case strings"),
     (_set(["did", "en"], "(i grabbed"), "not a valid regex"),
     (_set(["did", "zh"], "帮你.*?订"), "outside the subset"),
+    (_set(["recovered"], "it worked"), "must map language codes to pattern strings"),
+    (_set(["recovered", "en"], "(it worked"), "not a valid regex"),
+    (_set(["recovered", "zh"], "就.*?成功了"), "outside the subset"),
 ])
 def test_a_document_either_engine_would_misread_is_refused(db, mutate, message):
     rules = "SELECT doc, fingerprint, loaded_at FROM agentdb_private.claim_rules"
