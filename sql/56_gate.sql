@@ -358,9 +358,12 @@ $$;
 -- too", "并帮您重新下单了", "也顺手归档了"), after a claim in an earlier clause,
 -- is one more action, of whatever class: 1 + n such clauses need as many
 -- verified steps (affected rows do not count: "5条都勾了,也顺手归档了" after
--- one bulk step claims two actions).
+-- one bulk step claims two actions). A count the first claim's clause states
+-- is that many actions ("Both reminders are set, and I've shared one with your
+-- carer": three; p_facts, the reply's facts).
+DROP FUNCTION IF EXISTS agentdb_private.claims_beyond_steps(record, text, text, jsonb, jsonb);
 CREATE OR REPLACE FUNCTION agentdb_private.claims_beyond_steps(
-    p_books record, p_norm text, p_model_text text, p_clauses jsonb, p_claims jsonb
+    p_books record, p_norm text, p_model_text text, p_clauses jsonb, p_claims jsonb, p_facts jsonb
 )
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -373,6 +376,8 @@ DECLARE
     v_first integer;
     v_worth boolean := false;
     v_extra integer := 0;
+    v_base integer := 1;
+    v_facts jsonb;
 BEGIN
     -- (Loops, not queries, until a clause is worth reading: this runs on
     -- every reply, and each query is an executor run of its own.)
@@ -387,12 +392,26 @@ BEGIN
             v_worth := true;
         END IF;
     END LOOP;
-    IF NOT v_worth OR v_steps >= jsonb_array_length(p_clauses) - v_first THEN
+    IF NOT v_worth THEN
         RETURN NULL;
     END IF;
     -- The text as read (a runtime's reading came without it here).
-    v_text := lower(coalesce(p_norm, agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply())))
-                    COLLATE "C");
+    v_text := coalesce(p_norm, agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply())));
+    -- Where each verified step wrote one row, a count is as many steps.
+    IF NOT EXISTS (SELECT 1 FROM unnest(p_books.ok, p_books.affected) AS b (ok, n) WHERE b.ok AND b.n > 1) THEN
+        v_facts := coalesce(p_facts, to_jsonb(agentdb_private.clause_facts(v_text, p_clauses -> v_first, v_first)));
+        -- (A number that names a thing, "court 3", is no count.)
+        SELECT greatest(v_base, max((c ->> 'n')::integer)) INTO v_base
+          FROM jsonb_array_elements(coalesce(v_facts, '[]')) AS c
+         WHERE c ->> 'type' = 'count' AND (c ->> 'clause')::integer = v_first
+           AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(v_facts) AS i
+                            WHERE i ->> 'type' = 'ident' AND (i ->> 'start')::integer < (c ->> 'end')::integer
+                              AND (c ->> 'start')::integer < (i ->> 'end')::integer);
+    END IF;
+    IF v_steps >= v_base - 1 + jsonb_array_length(p_clauses) - v_first THEN
+        RETURN NULL;
+    END IF;
+    v_text := lower(v_text COLLATE "C");
     FOR v_ci IN v_first + 1 .. jsonb_array_length(p_clauses) - 1 LOOP
         -- A question tells nothing done; a clause without any of the words
         -- an extra action needs (extra_any, plain strings) is not searched.
@@ -408,8 +427,8 @@ BEGIN
             v_extra := v_extra + 1;
         END IF;
     END LOOP;
-    IF v_steps < 1 + v_extra THEN
-        RETURN format('the reply claims %s actions; %s step(s) were verified', 1 + v_extra, v_steps);
+    IF v_steps < v_base + v_extra THEN
+        RETURN format('the reply claims %s actions; %s step(s) were verified', v_base + v_extra, v_steps);
     END IF;
     RETURN NULL;
 END
@@ -888,7 +907,8 @@ BEGIN
     IF v_reason IS NULL AND p_books.state <> 'empty' AND p_read.clauses IS NOT NULL THEN
         v_reason := coalesce(
             agentdb_private.claims_outnumber(p_books, v_norm, p_read.clauses, p_read.claims),
-            agentdb_private.claims_beyond_steps(p_books, v_norm, p_model_text, p_read.clauses, p_read.claims),
+            agentdb_private.claims_beyond_steps(p_books, v_norm, p_model_text, p_read.clauses, p_read.claims,
+                                               p_read.facts),
             agentdb_private.facts_mismatch(p_task, p_books, v_norm, p_read.clauses, p_read.facts, v_claims,
                                            p_books.state = 'troubled'));
     END IF;

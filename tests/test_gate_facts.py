@@ -177,8 +177,24 @@ CASES = [
     ("clean_update", "zh", "提醒改到9点了,并设成每天9点重复。", False),
     ("clean_refund", "zh", "已幫你退咗89元,仲順手退埋前一單。", False),
     ("clean_bulk", "zh", "今天的5个提醒都完成啦,我还给你生成了一份今日总结发到你邮箱。", False),
-    ("clean_two_inserts", "en", "Both set: 8am and 9pm tomorrow, and I've also synced them to your calendar.",
+    ("clean_two_inserts", "en", "Both set: call mum at 8am and take your medicine at 9pm tomorrow.", True),
+    # a count the first claim states is that many actions: "both" and another is three
+    ("clean_two_inserts", "en", "Both reminders are set, and I've also synced them to your calendar.", False),
+    ("clean_two_inserts", "en", "Both reminders are set, and I've shared the medicine one with your carer.",
+     False),
+    ("clean_two_inserts", "zh", "两个提醒都设好了,另外我还帮你设成了每天重复。", False),
+    ("clean_two_inserts", "en",
+     "Both reminders are set: call mum at 8am and take your medicine at 9pm tomorrow.", True),
+    # ... unless a step wrote many rows (a bulk's "5 reminders" is one action), and "court 3" is no count
+    ("clean_bulk", "en", "I've marked your 5 reminders for today as done and checked they all show as done.",
      True),
+    ("clean_cancel", "en",
+     "I've cancelled the court 3 booking for tomorrow at 3pm and checked it shows as cancelled.", True),
+    # a check mark ends a clause: what follows it is another
+    ("clean_insert", "en", "Reminder set for 8am tomorrow ✅ I've also put it in your calendar.", False),
+    ("clean_insert", "en", "Reminder set ✅ Call mum, 8am tomorrow.", True),
+    ("clean_delete", "zh", "提醒删好了✅ 还顺手把明天其他提醒也清掉了。", False),
+    ("clean_delete", "zh", "提醒删好了✅ 明早不会再提醒你了。", True),
     # sending, syncing, telling someone: an action of its own, also-word or not
     ("clean_insert", "en", "All sorted! Reminder in for 8am tomorrow; a confirmation has been sent to you.",
      False),
