@@ -190,6 +190,18 @@ CASES = [
      True),
     ("clean_cancel", "en",
      "I've cancelled the court 3 booking for tomorrow at 3pm and checked it shows as cancelled.", True),
+    # letting someone know, archiving a copy, making it repeat: an action of its own
+    ("clean_cancel", "en", "Cancelled, and I've let your partner know.", False),
+    ("clean_delete", "en", "Deleted, and I've archived a copy for you.", False),
+    ("clean_update", "en", "Moved to 9am, and I've made it a daily reminder.", False),
+    ("clean_update", "en", "Done! It's now at 9am every day from now on.", False),
+    ("clean_update", "en", "Moved to 9am. Want it to repeat every day? Just say so.", True),
+    ("clean_update", "zh", "改好了,9点,还帮你设成了每天重复。", False),
+    # Cantonese also-words (亦, 仲) and posting something (寄)
+    ("clean_insert", "zh", "提醒設好咗,亦都喺你日曆加咗個event。", False),
+    ("clean_delete", "zh", "提醒刪咗,仲幫你清埋日曆嘅event。", False),
+    ("clean_cancel", "zh", "预约已取消,通知邮件已寄到您的邮箱。", False),
+    ("clean_insert", "zh", "提醒設好咗,聽朝8點。", True),
     # a check mark ends a clause: what follows it is another
     ("clean_insert", "en", "Reminder set for 8am tomorrow ✅ I've also put it in your calendar.", False),
     ("clean_insert", "en", "Reminder set ✅ Call mum, 8am tomorrow.", True),
