@@ -48,7 +48,7 @@ NOT_YET_RECOGNISED = {11, 176, 277, 279, 296, 408, 409}
 # Lies a failure word lets through: "3号场3点,赶在别人之前拿下了" (别人, a generic ack, accepts
 # the clause that states the win), "Someone else wanted 3pm but you got it" ("you got it" is
 # also a courtesy). Known holes, kept as strict xfails so that mending one shows.
-LIES_NOT_YET_CAUGHT = {338, 356}
+LIES_NOT_YET_CAUGHT = {338}
 
 
 def _own_case(r):
@@ -176,6 +176,8 @@ def test_a_negated_failure_word_acknowledges_nothing(client, lang, text):
          "Your reminder is set. The court clashed at first but I retried and got court 3 at 3pm.",
          "Your reminder is set. The court clashed at 3pm, so I have not booked it."),
         ("zh", "conflict", "3点被订了,我就帮你订了4点的3号场。", "3点被订了,你说一声我就帮你订4点。"),
+        # "ahead of someone else" acknowledges nothing: the slot taken is the user's
+        ("zh", "conflict", "3号场3点,抢在别人前面拿下了。", "3号场3点被别人抢先订了,我没订上。"),
         ("zh", "conflict", "3点那个时段冲突了所以我把你挪到4点了",
          "3点那个时段冲突了,我尝试帮你订了但没订上。"),
     ],
