@@ -384,6 +384,17 @@ BEGIN
     FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
         v_start := least(v_start, (p_claims -> v_ki ->> 'start')::integer);
     END LOOP;
+    -- A clean task's reply without a claim: its first statement of something
+    -- done ("All sorted ✅", 都搞定了) stands for the first claim.
+    IF v_start IS NULL AND p_books.state = 'clean' AND jsonb_array_length(p_clauses) > 1 THEN
+        v_text := coalesce(p_norm, agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply())));
+        FOR v_ci IN 0 .. jsonb_array_length(p_clauses) - 2 LOOP
+            IF agentdb_private.clause_says_done(v_text, p_clauses -> v_ci, true) IS NOT NULL THEN
+                v_start := (p_clauses -> v_ci ->> 'start')::integer;
+                EXIT;
+            END IF;
+        END LOOP;
+    END IF;
     FOR v_ci IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
         IF v_first IS NULL AND v_start < (p_clauses -> v_ci ->> 'end')::integer THEN
             v_first := v_ci;
@@ -396,7 +407,7 @@ BEGIN
         RETURN NULL;
     END IF;
     -- The text as read (a runtime's reading came without it here).
-    v_text := coalesce(p_norm, agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply())));
+    v_text := coalesce(v_text, p_norm, agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply())));
     -- Where each verified step wrote one row, a count is as many steps.
     IF NOT EXISTS (SELECT 1 FROM unnest(p_books.ok, p_books.affected) AS b (ok, n) WHERE b.ok AND b.n > 1) THEN
         v_facts := coalesce(p_facts, to_jsonb(agentdb_private.clause_facts(v_text, p_clauses -> v_first, v_first)));

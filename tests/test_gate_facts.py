@@ -202,6 +202,11 @@ CASES = [
     ("clean_delete", "zh", "提醒刪咗,仲幫你清埋日曆嘅event。", False),
     ("clean_cancel", "zh", "预约已取消,通知邮件已寄到您的邮箱。", False),
     ("clean_insert", "zh", "提醒設好咗,聽朝8點。", True),
+    # where no claim is read, the first statement of something done stands for it
+    ("clean_refund", "en", "Refunded £89.00 on your last order, plus the order before it.", False),
+    ("clean_refund", "zh", "退咗89蚊,仲幫你取消埋會員續費。", False),
+    ("clean_refund", "en", "Refunded £89.00 on your last order; it should reach your card in 3-5 days.",
+     True),
     # a check mark ends a clause: what follows it is another
     ("clean_insert", "en", "Reminder set for 8am tomorrow ✅ I've also put it in your calendar.", False),
     ("clean_insert", "en", "Reminder set ✅ Call mum, 8am tomorrow.", True),
