@@ -531,7 +531,9 @@ $$;
 -- a clause (clause_recovers), unless a failure is told after it in its
 -- sentence (sentence_acks_after), must speak of a class a verified step backs
 -- (clause_success_class: in a partial task, "the court was taken but the
--- reminder went through"). The reason, or NULL.
+-- reminder went through"). Not asked where every failure is a duplicate: the
+-- row a reply says is there ("it's there", "your reminder is set") exists.
+-- The reason, or NULL.
 CREATE OR REPLACE FUNCTION agentdb_private.reply_tells_recovery(p_text text, p_clauses jsonb, p_books record)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -549,6 +551,8 @@ BEGIN
         -- The words first (asked as if a failure came before), then the rest.
         CONTINUE WHEN NOT agentdb_private.clause_recovers(p_text, v_clause, NULL, true);
         v_families := coalesce(v_families, agentdb_private.failure_families(p_books));
+        -- Where every failure is a duplicate, the row the reply says is there exists.
+        EXIT WHEN v_families = ARRAY['fail_dup'];
         IF agentdb_private.clause_recovers(p_text, v_clause, v_families, EXISTS (
                 SELECT 1 FROM generate_series(0, v_ci - 1) AS b (i)
                  WHERE agentdb_private.clause_acks(p_text, p_clauses -> b.i, v_families)))

@@ -213,6 +213,11 @@ def test_a_success_narrated_after_an_acknowledgement_must_be_backed(client, lang
         ("zh", "unverified", "第一次没保存住,第二次可以了。", "第一次没保存住,第二次也没成功。"),
         ("zh", "unverified", "回读一开始是空的,现在已经有了。", "回读是空的,现在还没有这条提醒。"),
         ("zh", "refused", "刚才被拒了,重试之后已经好了。", "刚才被拒了,要是登录后重试应该就可以了。"),
+        ("en", "unverified", "Hiccup on the first try, all good on the second. See you at 8!",
+         "Hiccup on the first try, and the second failed too. Nothing is saved."),
+        ("en", "refused", "Your session had expired; after a quick re-login on my side it's in.",
+         "Your session had expired, so it isn't saved. Log in and I'll try again."),
+        ("zh", "unverified", "第一次没存上,重试后OK了✅", "第一次没存上,重试也没成功❌"),
         # a success told first, then its failure, is what seemed to happen: no recovery
         ("en", "unverified",
          "Sorry, the reminder failed: it went through then vanished, and then the retry worked.",
