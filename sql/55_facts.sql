@@ -825,7 +825,8 @@ BEGIN
             SELECT 1 FROM jsonb_array_elements_text(
                 coalesce(agentdb_private.claim_doc_compiled() -> 'done_marks', '[]')) AS m
              WHERE strpos(substr(p_text, (p_clause ->> 'start')::integer + 1,
-                                 (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer), m) > 0) THEN
+                                 (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer + 1), m) > 0) THEN
+        -- (The clause and the character after it: a check mark ends a clause.)
         RETURN 'marks';
     END IF;
     IF jsonb_typeof(p_clause -> 'labels') = 'array' AND NOT p_clause -> 'labels' ? 'stated' THEN
