@@ -38,7 +38,7 @@ AS $$
                                      THEN p_doc -> 'normalise' -> 'rewrite' ELSE '[]' END) AS w
     UNION ALL
     SELECT d.key, NULL, d.value
-      FROM unnest(ARRAY['did', 'extra', 'extra_not', 'reason', 'arranged', 'recovered']) AS k (k)
+      FROM unnest(ARRAY['did', 'extra', 'extra_not', 'reason', 'arranged', 'recovered', 'recovered_not']) AS k (k)
      CROSS JOIN LATERAL jsonb_each_text(CASE WHEN jsonb_typeof(p_doc -> k.k) = 'object' THEN p_doc -> k.k ELSE '{}' END) AS d
 $$;
 
@@ -246,10 +246,10 @@ AS $$
                                OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(a.value) AS w
                                            WHERE w <> lower(w COLLATE "C"))))
             THEN 'extra_any must map language codes to lists of lower-case strings'
-        WHEN EXISTS (SELECT 1 FROM unnest(ARRAY['did', 'extra', 'extra_not', 'reason', 'arranged', 'recovered']) AS k
+        WHEN EXISTS (SELECT 1 FROM unnest(ARRAY['did', 'extra', 'extra_not', 'reason', 'arranged', 'recovered', 'recovered_not']) AS k
                       WHERE p_doc ? k AND (jsonb_typeof(p_doc -> k) <> 'object'
                           OR EXISTS (SELECT 1 FROM jsonb_each(p_doc -> k) AS d WHERE jsonb_typeof(d.value) <> 'string')))
-            THEN 'did, extra, extra_not, reason, arranged and recovered must map language codes to pattern strings'
+            THEN 'did, extra, extra_not, reason, arranged, recovered and recovered_not must map language codes to pattern strings'
         WHEN p_doc ? 'failures' AND (jsonb_typeof(p_doc -> 'failures') <> 'object'
                 OR EXISTS (SELECT 1 FROM jsonb_each(p_doc -> 'failures') AS f
                             WHERE f.key <> 'comment' AND (jsonb_typeof(f.value) <> 'string'
@@ -526,6 +526,7 @@ BEGIN
             'reason', p_doc -> 'reason',
             'arranged', p_doc -> 'arranged',
             'recovered', p_doc -> 'recovered',
+            'recovered_not', p_doc -> 'recovered_not',
             'failures', p_doc -> 'failures',
             'fingerprint', encode(sha256(convert_to(p_doc::text, 'UTF8')), 'hex')))));
 

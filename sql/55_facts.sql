@@ -971,7 +971,9 @@ $$;
 -- in the clause ("it went through then vanished")? An attempt or an
 -- acknowledgement before the words does not govern them ("tried again and it
 -- worked"); a negation, offer, condition, future, draft or question does
--- (governs_recovered: "if it went through you'd see it"). A question asks.
+-- (governs_recovered: "if it went through you'd see it"), and so do words of
+-- seeming or reporting (recovered_not: "it looked like it went through",
+-- 系统显示已经好了). A question asks.
 CREATE OR REPLACE FUNCTION agentdb_private.clause_recovers(
     p_text text, p_clause jsonb, p_families text[], p_acked boolean
 )
@@ -998,6 +1000,8 @@ BEGIN
         CONTINUE WHEN v_at = 0
             OR NOT (p_acked OR coalesce(agentdb_private.labels_start(v_li, v_subject, v_names) < v_at, false))
             OR regexp_instr(v_subject, coalesce(agentdb_private.claim_doc_compiled() -> 'governs_recovered' ->> v_lang, '$^'))
+               BETWEEN 1 AND v_at - 1
+            OR regexp_instr(v_subject, coalesce(agentdb_private.claim_doc_compiled() -> 'recovered_not' ->> v_lang, '$^'))
                BETWEEN 1 AND v_at - 1
             OR agentdb_private.labels_start(v_li, substr(v_subject, regexp_instr(v_subject, v_re, 1, 1, 1)), v_names)
                IS NOT NULL;

@@ -190,6 +190,7 @@ def _set(path, value):
     (_set(["recovered"], "it worked"), "must map language codes to pattern strings"),
     (_set(["recovered", "en"], "(it worked"), "not a valid regex"),
     (_set(["recovered", "zh"], "就.*?成功了"), "outside the subset"),
+    (_set(["recovered_not", "en"], ["seemed"]), "must map language codes to pattern strings"),
 ])
 def test_a_document_either_engine_would_misread_is_refused(db, mutate, message):
     rules = "SELECT doc, fingerprint, loaded_at FROM agentdb_private.claim_rules"

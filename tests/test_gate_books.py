@@ -218,6 +218,9 @@ def test_a_success_narrated_after_an_acknowledgement_must_be_backed(client, lang
         ("en", "refused", "Your session had expired; after a quick re-login on my side it's in.",
          "Your session had expired, so it isn't saved. Log in and I'll try again."),
         ("zh", "unverified", "第一次没存上,重试后OK了✅", "第一次没存上,重试也没成功❌"),
+        # words of seeming or reporting make it what seemed to happen
+        ("en", "unverified", "Something went wrong at first, but then it went through.",
+         "Something went wrong: the save looked like it went through, but verification found no reminder."),
         # a success told first, then its failure, is what seemed to happen: no recovery
         ("en", "unverified",
          "Sorry, the reminder failed: it went through then vanished, and then the retry worked.",
