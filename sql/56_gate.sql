@@ -570,7 +570,10 @@ $$;
 -- were arranged ("you'll be reminded at 8", 会准时提醒你: the document's
 -- "arranged" words) while none of its clauses leaves the action pending (label
 -- set pending: a condition, an offer, a draft, a plain "nothing was done")? A
--- courtesy question ("Anything else?") leaves nothing pending. The reason, or NULL.
+-- courtesy question ("Anything else?") leaves nothing pending, and a pending
+-- clause only excuses a promise in its own sentence or a later one ("You'll see
+-- a notification at 8am. If you'd like it to repeat, let me know": the
+-- condition is about something else). The reason, or NULL.
 CREATE OR REPLACE FUNCTION agentdb_private.reply_promises_arranged(p_text text, p_clauses jsonb)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -580,6 +583,13 @@ DECLARE
     v_at integer;
 BEGIN
     FOR v_ci IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
+        -- A new sentence: a promise before it stays unexcused by what follows.
+        IF v_ci > 0 AND v_at IS NOT NULL
+            AND substr(p_text, (p_clauses -> (v_ci - 1) ->> 'end')::integer + 1,
+                       (p_clauses -> v_ci ->> 'start')::integer - (p_clauses -> (v_ci - 1) ->> 'end')::integer)
+                ~ '[.!?。！？\n]' THEN
+            EXIT;
+        END IF;
         IF agentdb_private.clause_has(p_text, p_clauses -> v_ci, 'pending') THEN
             RETURN NULL;
         END IF;

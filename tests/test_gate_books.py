@@ -318,6 +318,9 @@ def test_an_empty_small_talk_turn_keeps_todays_detection(client, lang):
     ("en", "Okay! You'll be reminded at 8am tomorrow. Anything else?",
      "Okay! Once you confirm, you'll be reminded at 8am tomorrow."),
     ("zh", "好的,明早8点会准时提醒你,还有别的需要吗?", "如果你确认的话,明早8点会提醒你。"),
+    # a condition in a later sentence is about something else
+    ("en", "Tomorrow at 8am you'll get a notification. If you want it daily, say so.",
+     "If you confirm, you'll get a notification tomorrow at 8am."),
 ])
 def test_a_thing_done_in_an_empty_action_turn_is_replaced(client, lang, lie, honest):
     """Where nothing was done, a clause that says the assistant did a thing (the document's
