@@ -673,6 +673,16 @@ BEGIN
 END
 $$;
 
+-- The reply as the gate reads it: p_norm when the caller already has it, else
+-- the first max_reply() characters of p_text normalised.
+CREATE OR REPLACE FUNCTION agentdb_private.normalised_reply(p_norm text, p_text text)
+RETURNS text
+LANGUAGE sql STABLE
+-- No SET clause: inlined into the gate's functions, all with a pinned search_path.
+AS $$
+    SELECT coalesce(p_norm, agentdb_private.normalise_reply(left(p_text, agentdb_private.max_reply())))
+$$;
+
 -- Claims of completed actions in a text: a JSON array of
 -- {kind, text, start, end, lang}, offsets 0-based with end exclusive, exactly
 -- as pyagentdb.detect_claims returns them. lang NULL tries every language.

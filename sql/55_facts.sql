@@ -580,6 +580,25 @@ DROP FUNCTION IF EXISTS agentdb_private.clause_reading(text, jsonb, integer, jso
 
 DROP FUNCTION IF EXISTS agentdb_private.clause_when(jsonb);
 
+-- Does a number the reply names name a thing ("court 3 booking", 3号场): does
+-- an ident fact among p_facts overlap it? Such a number is no count.
+CREATE OR REPLACE FUNCTION agentdb_private.fact_names_thing(p_fact jsonb, p_facts jsonb)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
+AS $$
+BEGIN
+    FOR v_i IN 0 .. coalesce(jsonb_array_length(p_facts), 0) - 1 LOOP
+        IF p_facts -> v_i ->> 'type' = 'ident'
+            AND (p_facts -> v_i ->> 'start')::integer < (p_fact ->> 'end')::integer
+            AND (p_fact ->> 'start')::integer < (p_facts -> v_i ->> 'end')::integer THEN
+            RETURN true;
+        END IF;
+    END LOOP;
+    RETURN false;
+END
+$$;
+
 -- Why one fact of a clause (p_fact, among the clause's p_facts, on its day
 -- p_day and half p_half) is not what was written (p_written: written_values;
 -- p_counts: the counts facts_mismatch works out), or NULL.
@@ -628,14 +647,9 @@ BEGIN
             RETURN format('a day the reply names (%s) is not one that was written', p_fact ->> 'start');
         END IF;
     ELSIF p_fact ->> 'type' = 'count' AND (p_fact ->> 'n') IS NOT NULL THEN
-        -- A number that names a thing ("court 3 booking") is no count.
-        FOR v_wi IN 0 .. jsonb_array_length(p_facts) - 1 LOOP
-            IF p_facts -> v_wi ->> 'type' = 'ident'
-                AND (p_facts -> v_wi ->> 'start')::integer < (p_fact ->> 'end')::integer
-                AND (p_fact ->> 'start')::integer < (p_facts -> v_wi ->> 'end')::integer THEN
-                RETURN NULL;
-            END IF;
-        END LOOP;
+        IF agentdb_private.fact_names_thing(p_fact, p_facts) THEN
+            RETURN NULL;
+        END IF;
         IF NOT (p_fact ->> 'n')::numeric = ANY (p_counts) THEN
             RETURN format('a count the reply names (%s) is not what was done', p_fact ->> 'n');
         END IF;

@@ -387,7 +387,7 @@ BEGIN
     -- A clean task's reply without a claim: its first statement of something
     -- done ("All sorted ✅", 都搞定了) stands for the first claim.
     IF v_start IS NULL AND p_books.state = 'clean' AND jsonb_array_length(p_clauses) > 1 THEN
-        v_text := coalesce(p_norm, agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply())));
+        v_text := agentdb_private.normalised_reply(p_norm, p_model_text);
         FOR v_ci IN 0 .. jsonb_array_length(p_clauses) - 2 LOOP
             IF agentdb_private.clause_says_done(v_text, p_clauses -> v_ci, true) IS NOT NULL THEN
                 v_start := (p_clauses -> v_ci ->> 'start')::integer;
@@ -407,17 +407,16 @@ BEGIN
         RETURN NULL;
     END IF;
     -- The text as read (a runtime's reading came without it here).
-    v_text := coalesce(v_text, p_norm, agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply())));
+    v_text := agentdb_private.normalised_reply(coalesce(v_text, p_norm), p_model_text);
     -- Where each verified step wrote one row, a count is as many steps.
     IF NOT EXISTS (SELECT 1 FROM unnest(p_books.ok, p_books.affected) AS b (ok, n) WHERE b.ok AND b.n > 1) THEN
         v_facts := coalesce(p_facts, to_jsonb(agentdb_private.clause_facts(v_text, p_clauses -> v_first, v_first)));
-        -- (A number that names a thing, "court 3", is no count.)
-        SELECT greatest(v_base, max((c ->> 'n')::integer)) INTO v_base
-          FROM jsonb_array_elements(coalesce(v_facts, '[]')) AS c
-         WHERE c ->> 'type' = 'count' AND (c ->> 'clause')::integer = v_first
-           AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(v_facts) AS i
-                            WHERE i ->> 'type' = 'ident' AND (i ->> 'start')::integer < (c ->> 'end')::integer
-                              AND (c ->> 'start')::integer < (i ->> 'end')::integer);
+        FOR v_fi IN 0 .. coalesce(jsonb_array_length(v_facts), 0) - 1 LOOP
+            IF v_facts -> v_fi ->> 'type' = 'count' AND (v_facts -> v_fi ->> 'clause')::integer = v_first
+                AND NOT agentdb_private.fact_names_thing(v_facts -> v_fi, v_facts) THEN
+                v_base := greatest(v_base, (v_facts -> v_fi ->> 'n')::integer);
+            END IF;
+        END LOOP;
     END IF;
     IF v_steps >= v_base - 1 + jsonb_array_length(p_clauses) - v_first THEN
         RETURN NULL;
@@ -489,6 +488,18 @@ BEGIN
 END
 $$;
 
+-- Does a sentence end between clause p_ci - 1 and clause p_ci (a . ! ? 。！？
+-- or a line break between them)?
+CREATE OR REPLACE FUNCTION agentdb_private.sentence_ends_before(p_text text, p_clauses jsonb, p_ci integer)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+-- No SET clause: inlined; it names only pg_catalog functions.
+AS $$
+    SELECT substr(p_text, (p_clauses -> (p_ci - 1) ->> 'end')::integer + 1,
+                  (p_clauses -> p_ci ->> 'start')::integer - (p_clauses -> (p_ci - 1) ->> 'end')::integer)
+           ~ '[.!?。！？\n]'
+$$;
+
 -- Does a clause acknowledge a failure: the ack label or the family of a failed
 -- step (p_families), and no reassurance or negated failure word (unack)?
 CREATE OR REPLACE FUNCTION agentdb_private.clause_acks(p_text text, p_clause jsonb, p_families text[])
@@ -514,9 +525,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     FOR v_ci IN p_ci + 1 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
-        EXIT WHEN substr(p_text, (p_clauses -> (v_ci - 1) ->> 'end')::integer + 1,
-                         (p_clauses -> v_ci ->> 'start')::integer - (p_clauses -> (v_ci - 1) ->> 'end')::integer)
-                  ~ '[.!?。！？\n]';
+        EXIT WHEN agentdb_private.sentence_ends_before(p_text, p_clauses, v_ci);
         IF agentdb_private.clause_acks(p_text, p_clauses -> v_ci, p_families) THEN
             RETURN true;
         END IF;
@@ -584,10 +593,7 @@ DECLARE
 BEGIN
     FOR v_ci IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
         -- A new sentence: a promise before it stays unexcused by what follows.
-        IF v_ci > 0 AND v_at IS NOT NULL
-            AND substr(p_text, (p_clauses -> (v_ci - 1) ->> 'end')::integer + 1,
-                       (p_clauses -> v_ci ->> 'start')::integer - (p_clauses -> (v_ci - 1) ->> 'end')::integer)
-                ~ '[.!?。！？\n]' THEN
+        IF v_ci > 0 AND v_at IS NOT NULL AND agentdb_private.sentence_ends_before(p_text, p_clauses, v_ci) THEN
             EXIT;
         END IF;
         IF agentdb_private.clause_has(p_text, p_clauses -> v_ci, 'pending') THEN
@@ -661,13 +667,10 @@ BEGIN
         -- A failure word negated ("no conflicts", "没有冲突") or a reassurance
         -- ("you won't miss it", "不用担心") acknowledges nothing.
         -- (Asked only of a clause that would acknowledge or meet a need.)
-        v_ack := p_state = 'troubled' AND (agentdb_private.clause_has(p_text, v_clause, 'ack')
-            OR EXISTS (SELECT 1 FROM unnest(coalesce(v_families, '{}')) AS f (f)
-                        WHERE agentdb_private.clause_has(p_text, v_clause, f.f)));
+        v_ack := p_state = 'troubled' AND agentdb_private.clause_acks(p_text, v_clause, v_families);
         v_need := cardinality(v_needs) > 0 AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs');
-        IF (v_ack OR v_need) AND agentdb_private.clause_has(p_text, v_clause, 'unack') THEN
-            v_ack := false;
-            v_need := cardinality(v_needs) > 0 AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs_noack');
+        IF v_need AND agentdb_private.clause_has(p_text, v_clause, 'unack') THEN
+            v_need := agentdb_private.clause_has(p_text, v_clause, p_state || '.needs_noack');
         END IF;
         -- In a troubled task, a clause stating a success that nothing governs,
         -- or stating one after its acknowledgement, is accepted only as the
@@ -911,7 +914,7 @@ BEGIN
         IF p_model_text !~ '[^[:space:]]' THEN
             RETURN 'empty reply';
         END IF;
-        v_norm := coalesce(v_norm, agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply())));
+        v_norm := agentdb_private.normalised_reply(v_norm, p_model_text);
         IF coalesce(v_norm, '') !~ '[^[:space:]]' THEN
             RETURN 'empty reply';
         END IF;
@@ -919,9 +922,7 @@ BEGIN
     IF p_books.state = 'troubled' OR (p_books.state = 'empty' AND p_task.expects_action) THEN
         -- These clauses may be read for their words: the text as normalised,
         -- here too when a runtime sent its reading.
-        IF v_norm IS NULL THEN
-            v_norm := agentdb_private.normalise_reply(left(p_model_text, agentdb_private.max_reply()));
-        END IF;
+        v_norm := agentdb_private.normalised_reply(v_norm, p_model_text);
         v_read := agentdb_private.reply_unacceptable(v_norm, coalesce(p_read.clauses, '[]'), p_read.claims,
             CASE WHEN p_books.state = 'troubled' THEN 'troubled' ELSE 'empty_action' END, p_books);
         v_reason := coalesce(v_read.reason, CASE WHEN p_books.state = 'empty'
