@@ -709,8 +709,9 @@ def label_classes(label_en: str | None, label_zh: str | None) -> list[str]:
 
 
 def parse_number(word: str | None):
-    """Digits (with a decimal point), a number word of the facts section, or Chinese numerals
-    (十, 百: 七十九 = 79). None when it is none of these. As agentdb_private.fact_number."""
+    """Digits (with a decimal point), a number word of the facts section, a pair of them joined by
+    a hyphen (tens and a unit: ninety-nine = 99), or Chinese numerals (十, 百: 七十九 = 79). None
+    when it is none of these. As agentdb_private.fact_number."""
     if word is None or word == "":
         return None
     if re.fullmatch("[0-9]+(\\.[0-9]+)?", word):
@@ -718,6 +719,9 @@ def parse_number(word: str | None):
     numbers = (patterns().get("facts") or {}).get("numbers", {})
     if word in numbers:
         return numbers[word]
+    tens, _, unit = word.partition("-")
+    if unit and numbers.get(tens, 0) >= 20 and numbers.get(tens) % 10 == 0 and 0 < numbers.get(unit, 0) < 10:
+        return numbers[tens] + numbers[unit]  # ninety-nine
     total, digit = 0, 0
     for ch in word:
         if ch == "百":

@@ -120,8 +120,8 @@ AS $$
                        FROM agentdb_private.tools AS t WHERE t.name = p_tool), '{}')
 $$;
 
--- A number as the facts section reads it: digits, a number word, or Chinese
--- numerals (七十九 = 79). NULL when it is none of these.
+-- A number as the facts section reads it: digits, a number word, tens and a
+-- unit joined by a hyphen (ninety-nine), or Chinese numerals (七十九 = 79). NULL when it is none of these.
 CREATE OR REPLACE FUNCTION agentdb_private.fact_number(p_word text)
 RETURNS numeric
 LANGUAGE plpgsql STABLE
@@ -144,6 +144,12 @@ BEGIN
     END IF;
     IF v_numbers ? p_word THEN
         RETURN (v_numbers ->> p_word)::numeric;
+    END IF;
+    -- Tens and a unit joined by a hyphen: ninety-nine.
+    IF (v_numbers ->> split_part(p_word, '-', 1))::numeric >= 20
+        AND (v_numbers ->> split_part(p_word, '-', 1))::numeric % 10 = 0
+        AND (v_numbers ->> split_part(p_word, '-', 2))::numeric BETWEEN 1 AND 9 THEN
+        RETURN (v_numbers ->> split_part(p_word, '-', 1))::numeric + (v_numbers ->> split_part(p_word, '-', 2))::numeric;
     END IF;
     FOREACH v_ch IN ARRAY regexp_split_to_array(p_word, '') LOOP
         IF v_ch = '百' THEN
@@ -494,7 +500,7 @@ DROP FUNCTION IF EXISTS agentdb_private.written_values(agentdb_private.tasks);
 CREATE OR REPLACE FUNCTION agentdb_private.written_values(
     p_task agentdb_private.tasks,
     OUT days integer[], OUT hhs integer[], OUT mis integer[], OUT nums numeric[], OUT codes text[],
-    OUT amounts numeric[]
+    OUT amounts numeric[], OUT olds boolean[]
 )
 LANGUAGE plpgsql STABLE
 -- No SET clause: only facts_mismatch, under finalize_reply's pinned search_path, calls it.
@@ -514,13 +520,15 @@ BEGIN
     SELECT array_agg(v.t::date - (p_task.created_at AT TIME ZONE v_zone)::date) FILTER (WHERE v.t IS NOT NULL),
            array_agg(extract(HOUR FROM v.t)::integer) FILTER (WHERE v.t IS NOT NULL),
            array_agg(extract(MINUTE FROM v.t)::integer) FILTER (WHERE v.t IS NOT NULL),
+           -- Whether a time is a changed row's old value (the one an update replaced).
+           array_agg(v.is_old) FILTER (WHERE v.t IS NOT NULL),
            array_agg(v.s::numeric) FILTER (WHERE v.is_num),
            -- (Not DISTINCT: a code is asked whether it is among them; sorting costs more.)
            coalesce(array_agg(upper(v.s)) FILTER (WHERE v.is_code), '{}'),
            -- An amount is not a row's key: "七十九元" is no amount written when 79 is the new row's id.
            array_agg(v.s::numeric) FILTER (WHERE v.is_num AND NOT v.is_key)
-      INTO days, hhs, mis, nums, codes, amounts
-      FROM (SELECT e.s, e.is_key,
+      INTO days, hhs, mis, olds, nums, codes, amounts
+      FROM (SELECT e.s, e.is_key, x.n = 2 AS is_old,
                    -- A timestamp starts 9999-99-99T99:99.
                    CASE WHEN e.digit
                              AND translate(left(e.s, 16), '0123456789', '9999999999')
@@ -540,7 +548,7 @@ BEGIN
               LEFT JOIN agentdb_private.change_log AS c
                      ON c.user_id = p_task.user_id AND c.task_id = p_task.id AND c.seq = s.seq
              CROSS JOIN LATERAL unnest(ARRAY[c.new_row, c.old_row, s.receipt -> 'row'],
-                                       ARRAY[c.key, c.key, s.receipt -> 'key']) AS x (r, k)
+                                       ARRAY[c.key, c.key, s.receipt -> 'key']) WITH ORDINALITY AS x (r, k, n)
              -- (Only an object's values: jsonb_each of NULL is nothing.)
              CROSS JOIN LATERAL (SELECT j.t, j.s, j.t = 'string' AND ascii(j.s) BETWEEN 48 AND 57 AS digit,
                                         coalesce(jsonb_typeof(x.k) = 'object' AND x.k ? j.k, false) AS is_key
@@ -614,6 +622,7 @@ DECLARE
     v_h integer;
     v_half text;
     v_hours integer [];
+    v_old boolean := false;
 BEGIN
     IF p_fact ->> 'type' = 'time' THEN
         v_h := coalesce((p_fact ->> 'n')::integer, (p_fact ->> 'value')::integer);
@@ -637,9 +646,17 @@ BEGIN
         FOR v_wi IN 1 .. coalesce(cardinality(p_written.hhs), 0) LOOP
             IF p_written.hhs[v_wi] = ANY (v_hours) AND p_written.mis[v_wi] = coalesce((p_fact ->> 'm')::integer, 0)
                 AND (p_day IS NULL OR p_written.days[v_wi] = p_day) THEN
-                RETURN NULL;
+                IF NOT coalesce(p_written.olds[v_wi], false) THEN
+                    RETURN NULL;
+                END IF;
+                v_old := true;
             END IF;
         END LOOP;
+        -- The time an update replaced: facts_mismatch accepts it only beside a new one.
+        IF v_old THEN
+            RETURN format('old: a time the reply names (%s) is the one replaced, not the one written',
+                          p_fact ->> 'start');
+        END IF;
         RETURN format('a time the reply names (%s) is not one that was written', p_fact ->> 'start');
     ELSIF p_fact ->> 'type' = 'day' AND NOT p_has_time THEN
         -- Rows without a time: the day is the day it was done, today.
@@ -671,13 +688,34 @@ BEGIN
 END
 $$;
 
--- facts_mismatch (described above fact_mismatch) runs some 80 lines long: it
+-- Is a fact told as a value replaced: do the words just before it, or its own,
+-- say so ("from 8", "was 8am", "instead of 8", 原来8点, 从8点)? Plain strings,
+-- not a regex: the session's cache of compiled ones is kept for the patterns.
+CREATE OR REPLACE FUNCTION agentdb_private.fact_told_as_old(p_text text, p_fact jsonb)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE
+-- No SET clause: called by facts_mismatch only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_from integer := greatest(0, (p_fact ->> 'start')::integer - 12);
+    v_words text := lower(substr(p_text, v_from + 1, (p_fact ->> 'end')::integer - v_from));
+BEGIN
+    RETURN strpos(v_words, 'from') > 0 OR strpos(v_words, 'was ') > 0 OR strpos(v_words, 'instead of') > 0
+        OR strpos(v_words, 'previously') > 0 OR strpos(v_words, '原') > 0 OR strpos(v_words, '从') > 0
+        OR strpos(v_words, '由') > 0;
+END
+$$;
+
+-- (p_model_text, the reply as sent, was added: normalised only when p_text,
+-- the normalised one, is NULL and a fact needs its words.)
+DROP FUNCTION IF EXISTS agentdb_private.facts_mismatch(agentdb_private.tasks, record, text, jsonb, jsonb, jsonb, boolean);
+-- facts_mismatch (described above fact_mismatch) runs some 90 lines long: it
 -- answers in its own loop what four helper functions did (whether a clause
 -- holds a claim, its facts, the day they name, the counts), each call of which
 -- was a function's set-up on every reply.
 CREATE OR REPLACE FUNCTION agentdb_private.facts_mismatch(
     p_task agentdb_private.tasks, p_books record, p_text text, p_clauses jsonb, p_facts jsonb, p_claims jsonb,
-    p_only_claims boolean
+    p_only_claims boolean, p_model_text text
 )
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -701,6 +739,8 @@ DECLARE
     v_counts integer [];
     v_read boolean := false;
     v_reason text;
+    v_old_reason text;
+    v_new_time boolean := false;
 BEGIN
     IF p_facts IS NOT NULL AND (jsonb_typeof(p_facts) IS DISTINCT FROM 'array' OR jsonb_array_length(p_facts) = 0) THEN
         RETURN NULL;
@@ -772,12 +812,22 @@ BEGIN
         FOR v_fi IN 0 .. jsonb_array_length(v_facts) - 1 LOOP
             v_reason := agentdb_private.fact_mismatch(v_facts -> v_fi, v_facts, v_day, v_half,
                                                       v_has_time, v_written, v_counts);
-            IF v_reason IS NOT NULL THEN
+            -- A time an update replaced counts where it is told as the old one ("from 8",
+            -- "was 8am", 从8点) or the reply names a new one too, not alone ("you'll get
+            -- it at 8am").
+            IF left(v_reason, 5) = 'old: ' THEN
+                IF NOT agentdb_private.fact_told_as_old(
+                        agentdb_private.normalised_reply(p_text, p_model_text), v_facts -> v_fi) THEN
+                    v_old_reason := coalesce(v_old_reason, substr(v_reason, 6));
+                END IF;
+            ELSIF v_reason IS NOT NULL THEN
                 RETURN v_reason;
+            ELSIF v_facts -> v_fi ->> 'type' = 'time' THEN
+                v_new_time := true;
             END IF;
         END LOOP;
     END LOOP;
-    RETURN NULL;
+    RETURN CASE WHEN NOT v_new_time THEN v_old_reason END;
 END
 $$;
 

@@ -384,11 +384,13 @@ BEGIN
     FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
         v_start := least(v_start, (p_claims -> v_ki ->> 'start')::integer);
     END LOOP;
-    -- A clean task's reply without a claim: its first statement of something
-    -- done ("All sorted ✅", 都搞定了) stands for the first claim.
-    IF v_start IS NULL AND p_books.state = 'clean' AND jsonb_array_length(p_clauses) > 1 THEN
-        v_text := agentdb_private.normalised_reply(p_norm, p_model_text);
+    -- In a clean task, a statement of something done before the first claim
+    -- ("All sorted ✅", 都搞定了, "Both reminders set, and I've put in ...")
+    -- stands for the first claim, or where no claim is read.
+    IF p_books.state = 'clean' AND jsonb_array_length(p_clauses) > 1 THEN
         FOR v_ci IN 0 .. jsonb_array_length(p_clauses) - 2 LOOP
+            EXIT WHEN (p_clauses -> v_ci ->> 'end')::integer > v_start;
+            v_text := coalesce(v_text, agentdb_private.normalised_reply(p_norm, p_model_text));
             IF agentdb_private.clause_says_done(v_text, p_clauses -> v_ci, true) IS NOT NULL THEN
                 v_start := (p_clauses -> v_ci ->> 'start')::integer;
                 EXIT;
@@ -936,7 +938,7 @@ BEGIN
             agentdb_private.claims_beyond_steps(p_books, v_norm, p_model_text, p_read.clauses, p_read.claims,
                                                p_read.facts),
             agentdb_private.facts_mismatch(p_task, p_books, v_norm, p_read.clauses, p_read.facts, v_claims,
-                                           p_books.state = 'troubled'));
+                                           p_books.state = 'troubled', p_model_text));
     END IF;
     RETURN v_reason;
 END

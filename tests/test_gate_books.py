@@ -376,7 +376,11 @@ def test_read_clauses_labels():
         ("没能订上", ["ack", "action"]),
         ("要换到4点吗", ["question"]),
     ]
-    assert read_clauses("👍")[0]["labels"] == ["blank"]
+    assert read_clauses("^_^")[0]["labels"] == ["blank"]
+    # a pictograph ends a clause, as a check mark does: emoji alone leave nothing to read
+    assert read_clauses("👍") == []
+    assert [c["labels"] for c in read_clauses("Saved 📞 if you need changes, tell me")] == [
+        ["action", "stated"], ["condition"], []]
 
 
 def test_repeatable_read_snapshot_before_a_failure_is_refused(reminders, dsn):

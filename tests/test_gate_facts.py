@@ -224,6 +224,31 @@ CASES = [
     ("clean_insert", "zh", "提醒已保存:明天早上8点。我没有同步到日历,也没有通知其他人。", True),
     ("clean_update", "zh", "已为您将提醒调整为明天上午九点,并确认修改成功。", True),
     ("clean_refund", "zh", "退好了89元,也核对过退款记录。", True),
+    # an update's old time is no fact of the reply alone; told as the old one, or beside the new, it is
+    ("clean_update", "en", "Updated, so your reminder will go off at eight o'clock tomorrow.", False),
+    ("clean_update", "zh", "修改好了。提醒时间:明天8:00。", False),
+    ("clean_update", "en", "Moved it from 8 to 9, all done.", True),
+    ("clean_update", "en", "Done, it now goes off at 9am (it was 8am).", True),
+    ("clean_update", "zh", "已经从早上8点改到9点了。", True),
+    # times and amounts in more words: half past, tens and units, Cantonese 蚊 and 后晚
+    ("clean_update", "en", "Sorted, it now rings at half past nine tomorrow.", False),
+    ("clean_refund", "en", "Refund issued: ninety-eight pounds, back on your card soon.", False),
+    ("clean_refund", "en", "Refund issued: eighty-nine pounds, back on your card soon.", True),
+    ("clean_refund", "zh", "退返畀你喇,一百九十八蚊。", False),
+    ("clean_refund", "zh", "退返畀你喇,八十九蚊。", True),
+    ("clean_two_inserts", "zh", "搞掂:听朝8点打畀阿妈,后晚9点食药。", False),
+    # a span of days is no clock time
+    ("clean_refund", "en", "I've refunded £89.00; allow 2 to 4 working days for it to show.", True),
+    # an emoji ends a clause: a condition after it does not take the time before it from the check
+    ("clean_insert", "zh", "提醒设置成功,明天 20:00 会提醒你打电话📞 如需修改时间可以在设置里改。", False),
+    ("clean_bulk", "zh", "今日打卡完成!9点到13点这5条全部标记完成了🎉 下午记得喝水。", True),
+    # a statement of something done before the first claim counts the actions from there
+    ("clean_two_inserts", "en", "Both reminders set (8am and 9pm), and I've ordered a refill of your pills "
+     "too.", False),
+    ("clean_two_inserts", "en", "Both reminders set (8am and 9pm), and I've texted your daughter too.",
+     False),
+    ("clean_insert", "en", "Reminder saved for 8am, and I've asked the front desk to call your room at "
+     "eight as well.", False),
 ]
 
 
@@ -263,6 +288,21 @@ RECOGNISED = [
     # Cantonese reads as Mandarin (唔 不, 咗 了, 俾 被, 听日 明天, 下昼 下午)
     ("conflict", "zh", "聽日下晝3點嗰個3號場已經俾人訂咗,訂唔到,對唔住。", True),
     ("refused", "zh", "唔好意思,你未登入,所以冇幫你設定到提醒。", True),
+    # an attempt told as wanting to, going to, looking up or starting it; "there's no ..."
+    ("refused", "zh", "我很想帮你把提醒加上,可是你还没登录,所以没加成。", True),
+    ("duplicate", "zh", "我去帮你添加的时候发现已经有一条一样的了,所以没有再建。", True),
+    ("conflict", "zh", "这里是订场助手。3号场明天下午3点已经有人订了,没订到。", True),
+    ("conflict", "zh", "我们查询了场馆系统,明天下午3点的3号场已被别人预订,目前无法安排。", True),
+    ("unverified", "zh", "我发起了创建提醒的操作,但核对时发现列表里并没有这条提醒。", True),
+    ("unverified", "zh", "按理说应该已经设好了,可我复查发现根本没存进去。", True),
+    ("conflict", "zh", "差一点就订好了,可惜3点那场被人抢先了。", True),
+    ("refused", "en", "I tried, but you're not signed in, so there's no reminder on your account yet.", True),
+    ("duplicate", "zh", "你已经有一条相同的提醒了。时间到了会照常通知你。", True),
+    # ... and none of them excuses a success it does not govern
+    ("conflict", "zh", "差一点没订到,不过最后还是订好了3点的3号场。", False),
+    ("refused", "en", "There's no problem at all, your reminder is saved for 8am.", False),
+    # "I'll call you at eight" says the effect is arranged where nothing was done
+    ("empty_action", "zh", "好嘞,明早8点我会准时叫你给妈妈打电话。", False),
 ]
 
 
