@@ -353,6 +353,17 @@ AS $$
                       AND (k ->> 'start')::integer < (p_clause ->> 'end')::integer)
 $$;
 
+-- Does a clause hold one of the plain strings an extra action needs
+-- (extra_any)? Only such a clause is searched for one (claims_beyond_steps).
+CREATE OR REPLACE FUNCTION agentdb_private.clause_may_be_extra(p_text text, p_clause jsonb)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT EXISTS (SELECT 1 FROM jsonb_each(agentdb_private.claim_doc_compiled() -> 'extra_any') AS l,
+                                 jsonb_array_elements_text(l.value) AS w (w)
+                    WHERE strpos(agentdb_private.clause_text(p_text, p_clause), w.w) > 0)
+$$;
+
 -- Why the reply claims more actions than steps were verified, or NULL. A
 -- claim in a clause that says "also" ("…, and I've put it in your calendar
 -- too", "并帮您重新下单了", "也顺手归档了"), after a claim in an earlier clause,
@@ -384,28 +395,39 @@ BEGIN
     FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
         v_start := least(v_start, (p_claims -> v_ki ->> 'start')::integer);
     END LOOP;
+    -- Worth reading only where a clause that is no question follows the
+    -- first claim's (or, with no claim, the first clause).
+    FOR v_ci IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
+        IF v_first IS NULL AND coalesce(v_start < (p_clauses -> v_ci ->> 'end')::integer, true) THEN
+            v_first := v_ci;
+        ELSIF v_first IS NOT NULL AND NOT agentdb_private.clause_asks(p_clauses -> v_ci) THEN
+            v_worth := true;
+        END IF;
+    END LOOP;
+    -- ... or where the first claim's clause may itself be one more action
+    -- after a statement before it ("All gone ✅ Removed it from your calendar
+    -- too": it holds a word an extra action needs).
+    IF NOT v_worth AND v_first > 0 AND p_books.state = 'clean' THEN
+        v_text := agentdb_private.normalised_reply(p_norm, p_model_text);
+        v_worth := agentdb_private.clause_may_be_extra(lower(v_text COLLATE "C"), p_clauses -> v_first);
+    END IF;
+    IF NOT v_worth THEN
+        RETURN NULL;
+    END IF;
     -- In a clean task, a statement of something done before the first claim
     -- ("All sorted ✅", 都搞定了, "Both reminders set, and I've put in ...")
     -- stands for the first claim, or where no claim is read.
+    v_first := CASE WHEN v_start IS NOT NULL THEN v_first END;
     IF p_books.state = 'clean' AND jsonb_array_length(p_clauses) > 1 THEN
-        FOR v_ci IN 0 .. jsonb_array_length(p_clauses) - 2 LOOP
-            EXIT WHEN (p_clauses -> v_ci ->> 'end')::integer > v_start;
+        FOR v_ci IN 0 .. coalesce(v_first, jsonb_array_length(p_clauses) - 1) - 1 LOOP
             v_text := coalesce(v_text, agentdb_private.normalised_reply(p_norm, p_model_text));
             IF agentdb_private.clause_says_done(v_text, p_clauses -> v_ci, true) IS NOT NULL THEN
-                v_start := (p_clauses -> v_ci ->> 'start')::integer;
+                v_first := v_ci;
                 EXIT;
             END IF;
         END LOOP;
     END IF;
-    FOR v_ci IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
-        IF v_first IS NULL AND v_start < (p_clauses -> v_ci ->> 'end')::integer THEN
-            v_first := v_ci;
-        ELSIF v_first IS NOT NULL AND NOT agentdb_private.clause_asks(p_clauses -> v_ci) THEN
-            -- A clause after the first claim that is no question: worth reading.
-            v_worth := true;
-        END IF;
-    END LOOP;
-    IF NOT v_worth THEN
+    IF v_first IS NULL THEN
         RETURN NULL;
     END IF;
     -- The text as read (a runtime's reading came without it here).
@@ -428,9 +450,7 @@ BEGIN
         -- A question tells nothing done; a clause without any of the words
         -- an extra action needs (extra_any, plain strings) is not searched.
         CONTINUE WHEN agentdb_private.clause_asks(p_clauses -> v_ci)
-            OR NOT EXISTS (SELECT 1 FROM jsonb_each(agentdb_private.claim_doc_compiled() -> 'extra_any') AS l,
-                                         jsonb_array_elements_text(l.value) AS w (w)
-                            WHERE strpos(agentdb_private.clause_text(v_text, p_clauses -> v_ci), w.w) > 0);
+            OR NOT agentdb_private.clause_may_be_extra(v_text, p_clauses -> v_ci);
         IF (agentdb_private.clause_words(v_text, p_clauses -> v_ci, 'extra', 1) IS NOT NULL
                 OR (agentdb_private.clause_has(v_text, p_clauses -> v_ci, 'also')
                     AND agentdb_private.clause_holds_claim(p_clauses -> v_ci, p_claims)))
@@ -610,6 +630,20 @@ BEGIN
 END
 $$;
 
+-- Does a text hold a mark of something done (done_marks: a check mark)
+-- anywhere? Where no step was verified and none found the thing there or
+-- taken (a duplicate's "Already there ✅", a conflict's "✅ Available: 4pm"),
+-- one says otherwise, whichever clause it ends ("Reminder for 8am: ✔"):
+-- reply_unacceptable asks.
+CREATE OR REPLACE FUNCTION agentdb_private.text_marks_done(p_text text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT EXISTS (SELECT 1 FROM jsonb_array_elements_text(
+                       coalesce(agentdb_private.claim_doc_compiled() -> 'done_marks', '[]')) AS m
+                    WHERE strpos(p_text, m) > 0)
+$$;
+
 -- Why a reply may not be delivered in a troubled task or an empty action turn
 -- (reason), or NULL when it may. Fail closed by positive recognition: every
 -- clause must carry a label the document's "accept" lists for the state; in a
@@ -656,6 +690,11 @@ BEGIN
         reason := 'nothing in the reply could be read';
         RETURN;
     END IF;
+    IF p_state = 'troubled' AND p_books.failed = p_books.steps
+        AND NOT p_books.outcomes && ARRAY['duplicate', 'conflict'] AND agentdb_private.text_marks_done(p_text) THEN
+        reason := 'the reply holds a mark of something done; no step was verified';
+        RETURN;
+    END IF;
     FOR v_ci IN 0 .. jsonb_array_length(p_clauses) - 1 LOOP
         v_clause := p_clauses -> v_ci;
         -- Where nothing was done, a mark of something done (a check mark), or a
@@ -678,7 +717,7 @@ BEGIN
         -- or stating one after its acknowledgement, is accepted only as the
         -- statement of a backed one (below).
         v_done := CASE WHEN p_state = 'troubled'
-                       THEN agentdb_private.clause_done(p_text, v_clause, false, CASE WHEN v_ack THEN v_families END) END;
+                       THEN agentdb_private.clause_done(p_text, v_clause, true, CASE WHEN v_ack THEN v_families END) END;
         v_ok := (v_ack AND v_done IS NULL AND 'ack' = ANY (v_accept)) OR v_need;
         IF NOT v_ok AND v_done IS NULL THEN
             v_ok := agentdb_private.clause_has(p_text, v_clause, p_state || '.rest');

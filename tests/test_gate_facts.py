@@ -249,6 +249,7 @@ CASES = [
      False),
     ("clean_insert", "en", "Reminder saved for 8am, and I've asked the front desk to call your room at "
      "eight as well.", False),
+    ("clean_delete", "en", "All gone ✅ Wiped it from your shared calendar too.", False),
 ]
 
 
@@ -303,6 +304,13 @@ RECOGNISED = [
     ("refused", "en", "There's no problem at all, your reminder is saved for 8am.", False),
     # "I'll call you at eight" says the effect is arranged where nothing was done
     ("empty_action", "zh", "好嘞,明早8点我会准时叫你给妈妈打电话。", False),
+    # a success beside the failure in words of being good, of being on a court, of this time working,
+    # or a check mark after a colon where no step was verified
+    ("refused", "en", "Sign-in trouble aside, you're all good for 8am tomorrow.", False),
+    ("conflict", "en", "Court 3 at 3 was gone; you're on court 3 at 4pm now.", False),
+    ("unverified", "zh", "写入校验没通过,我又重试了一次,这次成了。", False),
+    ("refused", "en", "Login was flaky! Anyway, reminder for tomorrow 8am: ✔", False),
+    ("partial", "en", "Reminder for tomorrow 8am: ✔ Court 3 at 3pm: ✘ taken, sorry.", True),
 ]
 
 
