@@ -710,8 +710,8 @@ def label_classes(label_en: str | None, label_zh: str | None) -> list[str]:
 
 def parse_number(word: str | None):
     """Digits (with a decimal point), a number word of the facts section, a pair of them joined by
-    a hyphen (tens and a unit: ninety-nine = 99), or Chinese numerals (十, 百: 七十九 = 79). None
-    when it is none of these. As agentdb_private.fact_number."""
+    a hyphen (tens and a unit: ninety-nine = 99), or Chinese numerals (十, 百, and the formal 拾,
+    佰: 七十九 = 79). None when it is none of these. As agentdb_private.fact_number."""
     if word is None or word == "":
         return None
     if re.fullmatch("[0-9]+(\\.[0-9]+)?", word):
@@ -724,10 +724,10 @@ def parse_number(word: str | None):
         return numbers[tens] + numbers[unit]  # ninety-nine
     total, digit = 0, 0
     for ch in word:
-        if ch == "百":
+        if ch in "百佰":
             total += (digit or 1) * 100
             digit = 0
-        elif ch == "十":
+        elif ch in "十拾":
             total += (digit or 1) * 10
             digit = 0
         elif ch in numbers and numbers[ch] < 10:

@@ -121,7 +121,8 @@ AS $$
 $$;
 
 -- A number as the facts section reads it: digits, a number word, tens and a
--- unit joined by a hyphen (ninety-nine), or Chinese numerals (七十九 = 79). NULL when it is none of these.
+-- unit joined by a hyphen (ninety-nine), or Chinese numerals (七十九 = 79;
+-- the formal 壹佰捌拾玖 = 189). NULL when it is none of these.
 CREATE OR REPLACE FUNCTION agentdb_private.fact_number(p_word text)
 RETURNS numeric
 LANGUAGE plpgsql STABLE
@@ -152,10 +153,10 @@ BEGIN
         RETURN (v_numbers ->> split_part(p_word, '-', 1))::numeric + (v_numbers ->> split_part(p_word, '-', 2))::numeric;
     END IF;
     FOREACH v_ch IN ARRAY regexp_split_to_array(p_word, '') LOOP
-        IF v_ch = '百' THEN
+        IF v_ch IN ('百', '佰') THEN
             v_total := v_total + greatest(v_digit, 1) * 100;
             v_digit := 0;
-        ELSIF v_ch = '十' THEN
+        ELSIF v_ch IN ('十', '拾') THEN
             v_total := v_total + greatest(v_digit, 1) * 10;
             v_digit := 0;
         ELSIF v_numbers ? v_ch AND (v_numbers ->> v_ch)::numeric < 10 THEN

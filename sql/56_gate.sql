@@ -357,11 +357,25 @@ $$;
 -- (extra_any)? Only such a clause is searched for one (claims_beyond_steps).
 CREATE OR REPLACE FUNCTION agentdb_private.clause_may_be_extra(p_text text, p_clause jsonb)
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by claims_beyond_steps only, under finalize_reply's pinned search_path.
+-- (Loops, not a query: each query is an executor run of its own.)
 AS $$
-    SELECT EXISTS (SELECT 1 FROM jsonb_each(agentdb_private.claim_doc_compiled() -> 'extra_any') AS l,
-                                 jsonb_array_elements_text(l.value) AS w (w)
-                    WHERE strpos(agentdb_private.clause_text(p_text, p_clause), w.w) > 0)
+DECLARE
+    v_clause text := agentdb_private.clause_text(p_text, p_clause);
+    v_words jsonb;
+BEGIN
+    FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
+        v_words := agentdb_private.claim_doc_compiled() -> 'extra_any'
+                   -> ((agentdb_private.claim_langs_compiled())[v_li]).lang;
+        FOR v_wi IN 0 .. coalesce(jsonb_array_length(v_words), 0) - 1 LOOP
+            IF strpos(v_clause, v_words ->> v_wi) > 0 THEN
+                RETURN true;
+            END IF;
+        END LOOP;
+    END LOOP;
+    RETURN false;
+END
 $$;
 
 -- Why the reply claims more actions than steps were verified, or NULL. A
@@ -420,6 +434,10 @@ BEGIN
     v_first := CASE WHEN v_start IS NOT NULL THEN v_first END;
     IF p_books.state = 'clean' AND jsonb_array_length(p_clauses) > 1 THEN
         FOR v_ci IN 0 .. coalesce(v_first, jsonb_array_length(p_clauses) - 1) - 1 LOOP
+            -- (A runtime's clause without "stated", in a reply without a mark of
+            -- something done, states nothing: the text is not normalised for it.)
+            CONTINUE WHEN v_text IS NULL AND p_norm IS NULL AND NOT p_clauses -> v_ci -> 'labels' ? 'stated'
+                AND NOT agentdb_private.text_marks_done(p_model_text);
             v_text := coalesce(v_text, agentdb_private.normalised_reply(p_norm, p_model_text));
             IF agentdb_private.clause_says_done(v_text, p_clauses -> v_ci, true) IS NOT NULL THEN
                 v_first := v_ci;
@@ -637,11 +655,17 @@ $$;
 -- reply_unacceptable asks.
 CREATE OR REPLACE FUNCTION agentdb_private.text_marks_done(p_text text)
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
 AS $$
-    SELECT EXISTS (SELECT 1 FROM jsonb_array_elements_text(
-                       coalesce(agentdb_private.claim_doc_compiled() -> 'done_marks', '[]')) AS m
-                    WHERE strpos(p_text, m) > 0)
+BEGIN
+    FOR v_mi IN 0 .. coalesce(jsonb_array_length(agentdb_private.claim_doc_compiled() -> 'done_marks'), 0) - 1 LOOP
+        IF strpos(p_text, agentdb_private.claim_doc_compiled() -> 'done_marks' ->> v_mi) > 0 THEN
+            RETURN true;
+        END IF;
+    END LOOP;
+    RETURN false;
+END
 $$;
 
 -- Why a reply may not be delivered in a troubled task or an empty action turn

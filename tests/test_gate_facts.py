@@ -250,6 +250,10 @@ CASES = [
     ("clean_insert", "en", "Reminder saved for 8am, and I've asked the front desk to call your room at "
      "eight as well.", False),
     ("clean_delete", "en", "All gone ✅ Wiped it from your shared calendar too.", False),
+    # formal numerals of an amount; a span of working days is no count; an attempt is no extra action
+    ("clean_refund", "zh", "退款已完成,金额人民币玖拾捌元整。", False),
+    ("clean_refund", "zh", "退款已完成,金额人民币捌拾玖元整。", True),
+    ("clean_refund", "zh", "已退款¥89.00,一般2–4个工作日到账。", True),
 ]
 
 
@@ -311,6 +315,8 @@ RECOGNISED = [
     ("unverified", "zh", "写入校验没通过,我又重试了一次,这次成了。", False),
     ("refused", "en", "Login was flaky! Anyway, reminder for tomorrow 8am: ✔", False),
     ("partial", "en", "Reminder for tomorrow 8am: ✔ Court 3 at 3pm: ✘ taken, sorry.", True),
+    ("partial", "en", "I've added the 8am reminder. I tried to get court 3 at 3pm as well, but another "
+     "member has it.", True),
 ]
 
 
