@@ -859,6 +859,27 @@ agentdb_private.claim_backed_as(text, uuid, text, text, text),
 agentdb_private.claim_backed_as(uuid, text, text, text)
 TO agentdb_app, agentdb_auditor;
 
+-- Does a text hold a mark of something done (done_marks: a check mark)
+-- anywhere? Asked of a clause (clause_says_done), of a whole reply where no
+-- step was verified and none found the thing there or taken
+-- (reply_unacceptable: "Reminder for 8am: ✔"; a duplicate's "Already there ✅"
+-- and a conflict's "✅ Available: 4pm" are honest), and before a clean reply is
+-- normalised for its statements (claims_beyond_steps).
+CREATE OR REPLACE FUNCTION agentdb_private.text_marks_done(p_text text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
+AS $$
+BEGIN
+    FOR v_mi IN 0 .. coalesce(jsonb_array_length(agentdb_private.claim_doc_compiled() -> 'done_marks'), 0) - 1 LOOP
+        IF strpos(p_text, agentdb_private.claim_doc_compiled() -> 'done_marks' ->> v_mi) > 0 THEN
+            RETURN true;
+        END IF;
+    END LOOP;
+    RETURN false;
+END
+$$;
+
 -- Does a clause say something is done where the books say otherwise? In an
 -- empty action turn (p_marks) a mark of something done (done_marks: a check
 -- mark) anywhere in it says so ('marks'). And a clause carrying the label
@@ -886,12 +907,10 @@ BEGIN
     IF p_text IS NULL THEN
         RETURN NULL;
     END IF;
-    IF p_marks AND EXISTS (
-            SELECT 1 FROM jsonb_array_elements_text(
-                coalesce(agentdb_private.claim_doc_compiled() -> 'done_marks', '[]')) AS m
-             WHERE strpos(substr(p_text, (p_clause ->> 'start')::integer + 1,
-                                 (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer + 1), m) > 0) THEN
-        -- (The clause and the character after it: a check mark ends a clause.)
+    -- (The clause and the character after it: a check mark ends a clause.)
+    IF p_marks AND agentdb_private.text_marks_done(
+            substr(p_text, (p_clause ->> 'start')::integer + 1,
+                   (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer + 1)) THEN
         RETURN 'marks';
     END IF;
     IF jsonb_typeof(p_clause -> 'labels') = 'array' AND NOT p_clause -> 'labels' ? 'stated' THEN

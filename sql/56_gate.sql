@@ -648,26 +648,6 @@ BEGIN
 END
 $$;
 
--- Does a text hold a mark of something done (done_marks: a check mark)
--- anywhere? Where no step was verified and none found the thing there or
--- taken (a duplicate's "Already there ✅", a conflict's "✅ Available: 4pm"),
--- one says otherwise, whichever clause it ends ("Reminder for 8am: ✔"):
--- reply_unacceptable asks.
-CREATE OR REPLACE FUNCTION agentdb_private.text_marks_done(p_text text)
-RETURNS boolean
-LANGUAGE plpgsql STABLE
--- No SET clause: called by the gate's functions, all with a pinned search_path.
-AS $$
-BEGIN
-    FOR v_mi IN 0 .. coalesce(jsonb_array_length(agentdb_private.claim_doc_compiled() -> 'done_marks'), 0) - 1 LOOP
-        IF strpos(p_text, agentdb_private.claim_doc_compiled() -> 'done_marks' ->> v_mi) > 0 THEN
-            RETURN true;
-        END IF;
-    END LOOP;
-    RETURN false;
-END
-$$;
-
 -- Why a reply may not be delivered in a troubled task or an empty action turn
 -- (reason), or NULL when it may. Fail closed by positive recognition: every
 -- clause must carry a label the document's "accept" lists for the state; in a
