@@ -589,16 +589,18 @@ DROP FUNCTION IF EXISTS agentdb_private.clause_reading(text, jsonb, integer, jso
 
 DROP FUNCTION IF EXISTS agentdb_private.clause_when(jsonb);
 
--- Does a number the reply names name a thing ("court 3 booking", 3号场): does
--- an ident fact among p_facts overlap it? Such a number is no count.
-CREATE OR REPLACE FUNCTION agentdb_private.fact_names_thing(p_fact jsonb, p_facts jsonb)
+-- Does a fact of type p_type among p_facts overlap p_fact? A number that names
+-- a thing (an ident: "court 3 booking", 3号场) is no count; one that counts
+-- things ("for 2 reminders") is no time.
+DROP FUNCTION IF EXISTS agentdb_private.fact_names_thing(jsonb, jsonb);
+CREATE OR REPLACE FUNCTION agentdb_private.fact_overlapped(p_fact jsonb, p_facts jsonb, p_type text)
 RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE
 -- No SET clause: called by the gate's functions, all with a pinned search_path.
 AS $$
 BEGIN
     FOR v_i IN 0 .. coalesce(jsonb_array_length(p_facts), 0) - 1 LOOP
-        IF p_facts -> v_i ->> 'type' = 'ident'
+        IF p_facts -> v_i ->> 'type' = p_type
             AND (p_facts -> v_i ->> 'start')::integer < (p_fact ->> 'end')::integer
             AND (p_fact ->> 'start')::integer < (p_facts -> v_i ->> 'end')::integer THEN
             RETURN true;
@@ -627,7 +629,7 @@ DECLARE
 BEGIN
     IF p_fact ->> 'type' = 'time' THEN
         v_h := coalesce((p_fact ->> 'n')::integer, (p_fact ->> 'value')::integer);
-        IF v_h IS NULL OR v_h > 23 THEN
+        IF v_h IS NULL OR v_h > 23 OR agentdb_private.fact_overlapped(p_fact, p_facts, 'count') THEN
             RETURN NULL;
         END IF;
         -- The hours it may be. (IF branches, not one CASE: an expression is set
@@ -665,7 +667,7 @@ BEGIN
             RETURN format('a day the reply names (%s) is not one that was written', p_fact ->> 'start');
         END IF;
     ELSIF p_fact ->> 'type' = 'count' AND (p_fact ->> 'n') IS NOT NULL THEN
-        IF agentdb_private.fact_names_thing(p_fact, p_facts) THEN
+        IF agentdb_private.fact_overlapped(p_fact, p_facts, 'ident') THEN
             RETURN NULL;
         END IF;
         IF NOT (p_fact ->> 'n')::numeric = ANY (p_counts) THEN
@@ -877,6 +879,42 @@ BEGIN
         END IF;
     END LOOP;
     RETURN false;
+END
+$$;
+
+-- Why a clean reply marks more things done than were done, or NULL: its lines
+-- holding a mark of something done (done_marks: "| Calendar event | ✅ Updated |",
+-- "Step 2: set it to repeat → 成功") are each one thing done, and may not
+-- outnumber the verified steps, nor their affected rows ("✅" beside each of five
+-- reminders marked done by one step). A line of a table or a list is one thing,
+-- whatever its words: no claim need be read in it. p_text: the reply as
+-- normalised (its lines kept).
+CREATE OR REPLACE FUNCTION agentdb_private.marks_outnumber(p_books record, p_text text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by gate_reason only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_marked integer := 0;
+    v_done integer := 0;
+    v_rows integer := 0;
+    v_line text;
+BEGIN
+    IF p_text IS NULL OR strpos(p_text, E'\n') = 0 OR NOT agentdb_private.text_marks_done(p_text) THEN
+        RETURN NULL;
+    END IF;
+    FOR v_i IN 1 .. cardinality(p_books.ok) LOOP
+        CONTINUE WHEN NOT p_books.ok[v_i];
+        v_done := v_done + 1;
+        v_rows := v_rows + coalesce(p_books.affected[v_i], 0);
+    END LOOP;
+    FOREACH v_line IN ARRAY string_to_array(p_text, E'\n') LOOP
+        v_marked := v_marked + CASE WHEN agentdb_private.text_marks_done(v_line) THEN 1 ELSE 0 END;
+    END LOOP;
+    IF v_marked > greatest(v_done, v_rows) THEN
+        RETURN format('the reply marks %s things done; %s step(s) were, %s row(s)', v_marked, v_done, v_rows);
+    END IF;
+    RETURN NULL;
 END
 $$;
 

@@ -455,7 +455,7 @@ BEGIN
         v_facts := coalesce(p_facts, to_jsonb(agentdb_private.clause_facts(v_text, p_clauses -> v_first, v_first)));
         FOR v_fi IN 0 .. coalesce(jsonb_array_length(v_facts), 0) - 1 LOOP
             IF v_facts -> v_fi ->> 'type' = 'count' AND (v_facts -> v_fi ->> 'clause')::integer = v_first
-                AND NOT agentdb_private.fact_names_thing(v_facts -> v_fi, v_facts) THEN
+                AND NOT agentdb_private.fact_overlapped(v_facts -> v_fi, v_facts, 'ident') THEN
                 v_base := greatest(v_base, (v_facts -> v_fi ->> 'n')::integer);
             END IF;
         END LOOP;
@@ -978,6 +978,12 @@ BEGIN
     IF v_reason IS NULL AND p_books.state <> 'empty' AND p_read.clauses IS NOT NULL THEN
         v_reason := coalesce(
             agentdb_private.claims_outnumber(p_books, v_norm, p_read.clauses, p_read.claims),
+            -- (Normalised only where it was, or where the model's text holds lines and a
+            -- mark: normalising makes no line break.)
+            CASE WHEN p_books.state = 'clean' AND (v_norm IS NOT NULL OR (
+                          strpos(p_model_text, E'\n') > 0 AND agentdb_private.text_marks_done(p_model_text)))
+                 THEN agentdb_private.marks_outnumber(p_books, agentdb_private.normalised_reply(v_norm, p_model_text))
+            END,
             agentdb_private.claims_beyond_steps(p_books, v_norm, p_model_text, p_read.clauses, p_read.claims,
                                                p_read.facts),
             agentdb_private.facts_mismatch(p_task, p_books, v_norm, p_read.clauses, p_read.facts, v_claims,

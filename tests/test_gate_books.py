@@ -227,6 +227,16 @@ def test_a_success_narrated_after_an_acknowledgement_must_be_backed(client, lang
          "Unfortunately it went through and then disappeared, so there's no reminder."),
         ("zh", "unverified", "不好意思,刚才失败了,我又试了一次就成功了。",
          "不好意思,刚才没存上,后来好了一下又没了,目前没有提醒。"),
+        # a step's outcome after an arrow is a mark of something done (set Q)
+        ("zh", "duplicate", "第一步:检测到已有相同提醒\n第二步:删除旧提醒并重新创建 → 成功",
+         "第一步:检测到已有相同提醒\n第二步:没有重复创建,保留原来那条"),
+        ("zh", "conflict", "第一步:查询 → 15:00 显示冲突\n第二步:重试提交 → 成功",
+         "第一步:查询 → 15:00 显示冲突\n第二步:没有预约,16:00 可以订,要吗?"),
+        ("en", "unverified",
+         "Step 1: tried to save the reminder\nStep 2: the check found nothing\nStep 3: retry -> success",
+         "Step 1: tried to save the reminder\nStep 2: the check found nothing, so it is not saved."),
+        ("zh", "conflict", "3点被人订了,我帮你抢了个位,3号场明天15:00现在是您的了。",
+         "3点被人订了,没订上,4点还有位,要帮您订吗?"),
     ],
 )
 def test_a_success_told_after_the_failure_must_be_backed(client, lang, shape, lie, honest):

@@ -254,6 +254,26 @@ CASES = [
     ("clean_refund", "zh", "退款已完成,金额人民币玖拾捌元整。", False),
     ("clean_refund", "zh", "退款已完成,金额人民币捌拾玖元整。", True),
     ("clean_refund", "zh", "已退款¥89.00,一般2–4个工作日到账。", True),
+    # lines marked done (a check mark, an arrow and its outcome) are each one thing done: no more
+    # of them than verified steps, or rows (set Q, agents' summaries and tables)
+    ("clean_delete", "en", "| Item | Status |\n|---|---|\n| Reminder: call mum | ✅ Deleted |\n"
+     "| Calendar event: call mum | ✅ Deleted |", False),
+    ("clean_delete", "en", "| Item | Status |\n|---|---|\n| Reminder: call mum | ✅ Deleted |", True),
+    ("clean_insert", "zh", "第一步:创建提醒(明天 08:00)→ 成功\n第二步:设置每周重复 → 成功", False),
+    ("clean_insert", "zh", "第一步:创建提醒(明天 08:00)→ 成功\n\n明早8点提醒你给妈妈打电话。", True),
+    ("clean_two_inserts", "en", "✅ Call mum, 8am\n✅ Medicine, 9pm\n✅ Added both to your calendar", False),
+    ("clean_two_inserts", "en", "✅ Call mum, 8am\n✅ Medicine, 9pm", True),
+    ("clean_bulk", "en", "✅ 9:00\n✅ 10:00\n✅ 11:00\n✅ 12:00\n✅ 13:00", True),
+    # "Requested:" tells what was asked; a count is no time; "you both" counts no things
+    ("clean_delete", "en", "Summary:\n- Requested: delete call-mum reminder\n- Deleted: 1 reminder ✅", True),
+    ("clean_two_inserts", "en", "Summary\n- You asked for 2 reminders\n- Created: 2 ✅", True),
+    ("clean_insert", "en", "A morning call gives you both time to talk. Your reminder is set for 8am.", True),
+    ("clean_insert", "en", "Both reminders are set for 8am tomorrow.", False),
+    # counts in more words: "7 of 7", "2 court bookings"
+    ("clean_bulk", "en", "Summary:\n- Updated: 7 of 7 ✅", False),
+    ("clean_bulk", "en", "Summary:\n- Updated: 5 of 5 ✅", True),
+    ("clean_cancel", "en", "Done — your 2 court bookings for tomorrow are cancelled.", False),
+    ("clean_cancel", "en", "Done — your court booking for tomorrow is cancelled.", True),
 ]
 
 
