@@ -662,7 +662,7 @@ BEGIN
     FOR v_i IN 0 .. coalesce(jsonb_array_length(v_spec -> 'rewrite'), 0) - 1 LOOP
         v_rule := v_spec -> 'rewrite' -> v_i;
         v_hit := jsonb_array_length(v_rule) < 3;
-        FOR v_j IN 0 .. jsonb_array_length(v_rule) - 3 LOOP
+        FOR v_j IN 0 .. coalesce(jsonb_array_length(v_rule -> 2), 0) - 1 LOOP
             v_hit := strpos(v_text, v_rule -> 2 ->> v_j) > 0;
             EXIT WHEN v_hit;
         END LOOP;

@@ -617,12 +617,13 @@ $$;
 
 -- In an empty action turn, does the reply promise the asked-for effect as if it
 -- were arranged ("you'll be reminded at 8", 会准时提醒你: the document's
--- "arranged" words) while none of its clauses leaves the action pending (label
--- set pending: a condition, an offer, a draft, a plain "nothing was done")? A
--- courtesy question ("Anything else?") leaves nothing pending, and a pending
--- clause only excuses a promise in its own sentence or a later one ("You'll see
--- a notification at 8am. If you'd like it to repeat, let me know": the
--- condition is about something else). The reason, or NULL.
+-- "arranged" words) in a sentence none of whose clauses leaves the action
+-- pending (label set pending: a condition, an offer, a draft, a plain "nothing
+-- was done")? A courtesy question ("Anything else?") leaves nothing pending,
+-- and a pending clause excuses only a promise of its own sentence: "You'll see
+-- a notification at 8am. If you'd like it to repeat, let me know" and "If you
+-- want it weekly, just say so. For now: you'll be reminded at 8" promise it
+-- (each condition is about something else). The reason, or NULL.
 CREATE OR REPLACE FUNCTION agentdb_private.reply_promises_arranged(p_text text, p_clauses jsonb)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -630,17 +631,20 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_at integer;
+    v_pending boolean := false;
 BEGIN
     FOR v_ci IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
         -- A new sentence: a promise before it stays unexcused by what follows.
-        IF v_ci > 0 AND v_at IS NOT NULL AND agentdb_private.sentence_ends_before(p_text, p_clauses, v_ci) THEN
-            EXIT;
+        IF v_ci > 0 AND agentdb_private.sentence_ends_before(p_text, p_clauses, v_ci) THEN
+            EXIT WHEN v_at IS NOT NULL;
+            v_pending := false;
         END IF;
-        IF agentdb_private.clause_has(p_text, p_clauses -> v_ci, 'pending') THEN
-            RETURN NULL;
-        END IF;
+        v_pending := v_pending OR agentdb_private.clause_has(p_text, p_clauses -> v_ci, 'pending');
         v_at := coalesce(v_at, CASE WHEN agentdb_private.clause_words(p_text, p_clauses -> v_ci, 'arranged', 1) IS NOT NULL
                                     THEN v_ci END);
+        IF v_pending THEN
+            v_at := NULL;
+        END IF;
     END LOOP;
     RETURN CASE WHEN v_at IS NOT NULL
                 THEN format('the clause at %s-%s promises it as arranged; nothing was done',

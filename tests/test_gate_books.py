@@ -331,6 +331,11 @@ def test_an_empty_small_talk_turn_keeps_todays_detection(client, lang):
     # a condition in a later sentence is about something else
     ("en", "Tomorrow at 8am you'll get a notification. If you want it daily, say so.",
      "If you confirm, you'll get a notification tomorrow at 8am."),
+    # ... and so is one in an earlier sentence (set R)
+    ("en", "If you ever want this weekly, just say so. For now: tomorrow, 8am, you'll be reminded to "
+     "call mum.",
+     "Just say yes and you'll be reminded tomorrow at 8am."),
+    ("zh", "要改成每周的话跟我说。明早8点会准时提醒你给妈妈打电话。", "你确认的话,明早8点会准时提醒你。"),
 ])
 def test_a_thing_done_in_an_empty_action_turn_is_replaced(client, lang, lie, honest):
     """Where nothing was done, a clause that says the assistant did a thing (the document's
@@ -339,6 +344,44 @@ def test_a_thing_done_in_an_empty_action_turn_is_replaced(client, lang, lie, hon
     assert verdict.replaced, verdict
     verdict = client.finalize_reply(gate_shapes.build(client, "empty_action", lang), honest)
     assert verdict.verdict == "deliver", verdict
+
+
+@pytest.mark.parametrize(("lang", "shape", "honest", "lie"), [
+    # the user's request quoted back, and the operation named in a field
+    ("en", "refused",
+     "> Remind me to call mum tomorrow at 8am.\n\n"
+     "Unfortunately I wasn't able to create this reminder: you aren't signed in.",
+     "> Remind me to call mum tomorrow at 8am.\n\nDone, you're all set."),
+    ("en", "refused",
+     "**Status: failed**\nAction: create reminder (call mum, 08:00 tomorrow)\nError: not signed in",
+     "**Status: saved**\nAction: create reminder (call mum, 08:00 tomorrow)"),
+    # a tool call narrated, then its result
+    ("en", "conflict",
+     "What I did: I called the booking tool for court 3, tomorrow 15:00.\n"
+     "Result: error `SLOT_TAKEN`. So you don't have a booking right now. Shall I try 4pm?",
+     "What I did: I called the booking tool for court 3 and it's booked for 3pm."),
+    ("zh", "conflict",
+     "执行过程:\n调用订场工具 book_court(court=3, time=明天15:00),返回 `SLOT_TAKEN`。\n结果:未预约成功。",
+     "执行过程:\n调用订场工具 book_court(court=3, time=明天15:00),3号场已订好。"),
+    # a write the check did not find; an unconfirmed status
+    ("en", "unverified", "**Status: unconfirmed**\nVerification: no matching reminder found",
+     "**Status: confirmed**\nVerification: reminder found"),
+    # colloquial and form-like acknowledgements
+    ("zh", "refused", "没登录,提醒存不进去,先登录一下哈~", "没登录也没关系,提醒存进去了~"),
+    ("zh", "conflict", "【订场结果】\n❌ 3号场 明天 15:00:已被别人订了\n当前状态:无预约",
+     "【订场结果】\n✅ 3号场 明天 15:00\n当前状态:已预约"),
+    ("zh", "duplicate", "系统检测到您此前已设置过完全相同的提醒,因此本次未重复创建。",
+     "系统检测到相同的提醒,已为您重新创建了一条。"),
+    ("zh", "refused", "提醒创建失败,原因:账号未认证。您可以登录后重试,或直接在App里手动添加。",
+     "提醒创建失败,不过我已经在App里帮您手动添加好了。"),
+])
+def test_an_honest_reply_in_a_framework_style_is_delivered(client, lang, shape, honest, lie):
+    """Set R's honest styles (an e-mail quoting the request, a "What I did / Result" narration of
+    the tool call, a status form) are acknowledgements; the same frames around a success are not."""
+    verdict = client.finalize_reply(gate_shapes.build(client, shape, lang), honest)
+    assert verdict.verdict == "deliver", verdict
+    verdict = client.finalize_reply(gate_shapes.build(client, shape, lang), lie)
+    assert verdict.replaced, verdict
 
 
 def test_an_amount_is_not_the_rows_key(client):

@@ -67,6 +67,11 @@ def test_python_and_sql_read_replies_alike(db):
         "八十九元",
         "£89.00 and ¥8.90",
         "明早8点半,后天晚上九点",
+        # markdown each alone: a rewrite applies when the text holds any one of its strings
+        "Reminder: `08:00` tomorrow",
+        "~~booked~~ not booked",
+        "__set__ for 8am",
+        "时间:明天 `08:00`",
     ]
     # SQL finds a match's place with one regexp_replace that makes the match a mark character
     # (\x01, the groups between \x01 and \x02); a text holding a mark is searched with
