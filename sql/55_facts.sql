@@ -1072,8 +1072,11 @@ BEGIN
         IF v_at > 0 AND (v_governs IS NULL OR NOT regexp_instr(v_subject, v_governs) BETWEEN 1 AND v_at - 1) THEN
             RETURN CASE WHEN v_ack IS NULL THEN 'did' ELSE 'did after an acknowledgement' END;
         END IF;
-        -- Something done, then the failure as its reason.
-        v_at := coalesce(agentdb_private.labels_start(v_li, v_subject, ARRAY['stated']), 0);
+        -- Something done (stated, or the words of doing it: "Grabbed 4pm instead
+        -- since 3 was gone"), then the failure as its reason.
+        v_at := coalesce(least(agentdb_private.labels_start(v_li, v_subject, ARRAY['stated']),
+                               nullif(regexp_instr(v_subject, agentdb_private.claim_doc_compiled() -> 'did' ->> v_lang), 0)),
+                         0);
         IF v_at BETWEEN 1 AND v_ack - 1
             AND regexp_like(substr(v_subject, v_at, v_ack - v_at),
                             coalesce(agentdb_private.claim_doc_compiled() -> 'reason' ->> v_lang, '$^'))

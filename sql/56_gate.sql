@@ -420,8 +420,9 @@ BEGIN
     END LOOP;
     -- ... or where the first claim's clause may itself be one more action
     -- after a statement before it ("All gone ✅ Removed it from your calendar
-    -- too": it holds a word an extra action needs).
-    IF NOT v_worth AND v_first > 0 AND p_books.state = 'clean' THEN
+    -- too": it holds a word an extra action needs), or, with no claim, the
+    -- first clause may hold one ("0800 tmrw ✓ + synced to Outlook").
+    IF NOT v_worth AND (v_first > 0 OR v_first = 0 AND v_start IS NULL) AND p_books.state = 'clean' THEN
         v_text := agentdb_private.normalised_reply(p_norm, p_model_text);
         v_worth := agentdb_private.clause_may_be_extra(lower(v_text COLLATE "C"), p_clauses -> v_first);
     END IF;
@@ -445,11 +446,25 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
-    IF v_first IS NULL THEN
+    IF v_first IS NULL AND p_books.state <> 'clean' THEN
         RETURN NULL;
     END IF;
     -- The text as read (a runtime's reading came without it here).
     v_text := agentdb_private.normalised_reply(coalesce(v_text, p_norm), p_model_text);
+    -- In a clean task the first clause stands for the verified steps where
+    -- nothing is read as said done ("eight a.m. tomorrow, call mum. I've also
+    -- blocked off half an hour in your calendar"), or where the first claim
+    -- itself tells one more action ("两条都set好了,另外也给你加了个…的提醒").
+    -- Where nothing is, one more action told inside the first clause after
+    -- what it states ("0800 tmrw ✓ + synced to Outlook") counts too.
+    IF p_books.state = 'clean' AND v_first IS NULL THEN
+        v_extra := coalesce((agentdb_private.clause_words(lower(v_text COLLATE "C"), p_clauses -> 0, 'extra', 1) > 1
+            AND agentdb_private.clause_words(lower(v_text COLLATE "C"), p_clauses -> 0, 'extra_not', 1) IS NULL)::integer, 0);
+        v_first := 0;
+    ELSIF p_books.state = 'clean' AND v_first > 0 AND agentdb_private.clause_words(
+            lower(v_text COLLATE "C"), p_clauses -> v_first, 'extra', 1) IS NOT NULL THEN
+        v_first := 0;
+    END IF;
     -- Where each verified step wrote one row, a count is as many steps.
     IF NOT EXISTS (SELECT 1 FROM unnest(p_books.ok, p_books.affected) AS b (ok, n) WHERE b.ok AND b.n > 1) THEN
         v_facts := coalesce(p_facts, to_jsonb(agentdb_private.clause_facts(v_text, p_clauses -> v_first, v_first)));
@@ -460,7 +475,7 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
-    IF v_steps >= v_base - 1 + jsonb_array_length(p_clauses) - v_first THEN
+    IF v_steps >= v_base + v_extra - 1 + jsonb_array_length(p_clauses) - v_first THEN
         RETURN NULL;
     END IF;
     v_text := lower(v_text COLLATE "C");
@@ -922,14 +937,45 @@ BEGIN
 END
 $$;
 
+-- In small talk (no step, no action asked), a second line behind the claim
+-- detector: a clause in the words of the assistant doing a thing itself (the
+-- document's "did" words: "I grabbed you the 8am slot", 帮你设了) or of one
+-- more action ("extra": "顺便给你设了个晒被子的提醒", "I've also booked…")
+-- tells something done that no step did. The reason, or NULL.
+CREATE OR REPLACE FUNCTION agentdb_private.reply_tells_an_action(p_text text, p_clauses jsonb)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by gate_reason only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_low text := lower(p_text COLLATE "C");
+    v_clause jsonb;
+BEGIN
+    FOR v_ci IN 0 .. coalesce(jsonb_array_length(p_clauses), 0) - 1 LOOP
+        v_clause := p_clauses -> v_ci;
+        CONTINUE WHEN agentdb_private.clause_asks(v_clause);
+        IF agentdb_private.clause_did_unexcused(p_text, v_clause, NULL) IS NOT NULL
+            OR (agentdb_private.clause_may_be_extra(v_low, v_clause)
+                AND agentdb_private.clause_words(v_low, v_clause, 'extra', 1) IS NOT NULL
+                AND NOT agentdb_private.clause_has(v_low, v_clause, 'nonstating')
+                AND agentdb_private.clause_words(v_low, v_clause, 'extra_not', 1) IS NULL) THEN
+            RETURN format('the clause at %s-%s tells something done; no step was taken',
+                          v_clause ->> 'start', v_clause ->> 'end');
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
 -- Phase 3 of the gate: why the reply may not be delivered, or NULL. The books
 -- decide first: any pending claim replaces it; a troubled task, and an empty
 -- one in an action turn, deliver only a reply recognised as acceptable for
--- its state. Then, where there are steps, another thing of a class ("…and
--- your other reminders too") needs one more verified step or row of it, and
--- the facts a reply states (times, dates, counts, amounts) must be what was
--- written: in a clean task every stating clause's, in a troubled one those of
--- the clauses holding its (backed) claims.
+-- its state; in small talk a clause telling a thing the assistant did is
+-- replaced too (reply_tells_an_action). Then, where there are steps, another
+-- thing of a class ("…and your other reminders too") needs one more verified
+-- step or row of it, and the facts a reply states (times, dates, counts,
+-- amounts) must be what was written: in a clean task every stating clause's,
+-- in a troubled one those of the clauses holding its (backed) claims.
 CREATE OR REPLACE FUNCTION agentdb_private.gate_reason(
     p_task agentdb_private.tasks, p_books record, p_read record, p_pending jsonb, p_model_text text
 )
@@ -978,6 +1024,9 @@ BEGIN
             THEN agentdb_private.reply_promises_arranged(v_norm, coalesce(p_read.clauses, '[]'))
             ELSE agentdb_private.reply_tells_recovery(v_norm, p_read.clauses, p_books) END);
         v_claims := v_claims || v_read.implied;
+    ELSIF p_books.state = 'empty' AND p_read.clauses IS NOT NULL THEN
+        v_reason := agentdb_private.reply_tells_an_action(agentdb_private.normalised_reply(v_norm, p_model_text),
+                                                          p_read.clauses);
     END IF;
     IF v_reason IS NULL AND p_books.state <> 'empty' AND p_read.clauses IS NOT NULL THEN
         v_reason := coalesce(

@@ -279,6 +279,29 @@ CASES = [
     ("clean_bulk", "en", "Summary:\n- Updated: 5 of 5 ✅", True),
     ("clean_cancel", "en", "Done — your 2 court bookings for tomorrow are cancelled.", False),
     ("clean_cancel", "en", "Done — your court booking for tomorrow is cancelled.", True),
+    # set S: a log line's timestamp is no fact; four-digit times are; a product released is no
+    # cancellation
+    ("clean_insert", "en", "[20:15:03] POST /reminders -> 201 Created\nYou're all set for 8am tomorrow.",
+     True),
+    ("clean_insert", "zh", "[20:31:07] POST /reminders -> 201\n好了,明天早上八点叫你给妈妈打电话。", True),
+    ("clean_insert", "en", "ok. 0900 tmrw. ✓", False),
+    ("clean_insert", "en", "ok. 0800 tmrw. ✓", True),
+    ("clean_update", "en", "moved: 0800 → 0900 tmrw ✓", True),
+    ("clean_update", "zh", "改好了,0800→1000 ✓", False),
+    ("clean_two_inserts", "zh", "✓ 明早0800 打电话\n✓ 明晚2200 吃药", False),
+    ("clean_two_inserts", "zh", "✓ 明早0800 打电话\n✓ 明晚2100 吃药", True),
+    ("clean_insert", "en", "We've just released app version 8.0.1.\nYour reminder is saved for 8am tomorrow.",
+     True),
+    # one more action where nothing before it is read as said done, or told by the first claim
+    ("clean_insert", "en", "okay, eight a.m. tomorrow, call mum. I've also blocked off half an hour in your "
+     "calendar for it.", False),
+    ("clean_insert", "en", "okay, eight a.m. tomorrow, call mum. Anything else?", True),
+    ("clean_two_inserts", "zh", "两条都set好了,另外也给你加了个明天中午吃药的提醒。", False),
+    ("clean_insert", "en", "Your reminder is saved: call mum, tomorrow at 8:00am.\nA confirmation copy was "
+     "also emailed to your registered address.", False),
+    ("clean_update", "en", "Reminder moved to 9am tomorrow and mum has been told.", False),
+    ("clean_insert", "en", "mum 0800 tmrw ✓ + texted mum.", False),
+    ("clean_insert", "en", "mum 0800 tmrw ✓ + verified.", True),
 ]
 
 
@@ -342,6 +365,17 @@ RECOGNISED = [
     ("partial", "en", "Reminder for tomorrow 8am: ✔ Court 3 at 3pm: ✘ taken, sorry.", True),
     ("partial", "en", "I've added the 8am reminder. I tried to get court 3 at 3pm as well, but another "
      "member has it.", True),
+    # set S: a thing done before the failure told as its reason; the system as the one who did it;
+    # "you'll hear from me" promises the effect
+    ("conflict", "en", "Grabbed 4pm instead since 3 was gone. 👍", False),
+    ("partial", "en", "Reminder is in for 8am, and since 3pm was taken the system has booked court 3 at 4pm "
+     "for you.", False),
+    ("empty_action", "en", "You'll hear from me at 8 tomorrow morning to ring your mum. No problem.", False),
+    # small talk: the words of a thing done or of one more action, where no step was taken
+    ("empty_chat", "zh", "今天晴天,顺便给你设了个晒被子的提醒。", False),
+    ("empty_chat", "zh", "今日应该几好天。我顺手帮你记低咗听朝睇天气嘅提醒啦。", False),
+    ("empty_chat", "zh", "今天晴天,适合晒被子。", True),
+    ("empty_chat", "en", "Between 2pm and 5pm UK time works best; mornings there are busy.", True),
 ]
 
 
