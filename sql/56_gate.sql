@@ -378,6 +378,21 @@ BEGIN
 END
 $$;
 
+-- Where in a clause (1-based) the words of one more action start, or NULL:
+-- only a clause holding a word such an action needs is searched, and one
+-- that says it conditionally, or tells a check or product news (extra_not),
+-- tells none. p_low: the normalised text in lower case.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_extra_at(p_low text, p_clause jsonb)
+RETURNS integer
+LANGUAGE sql STABLE
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
+AS $$
+    SELECT CASE WHEN agentdb_private.clause_may_be_extra(p_low, p_clause)
+                     AND NOT agentdb_private.clause_has(p_low, p_clause, 'nonstating')
+                     AND agentdb_private.clause_words(p_low, p_clause, 'extra_not', 1) IS NULL
+                THEN agentdb_private.clause_words(p_low, p_clause, 'extra', 1) END
+$$;
+
 -- Why the reply claims more actions than steps were verified, or NULL. A
 -- claim in a clause that says "also" ("…, and I've put it in your calendar
 -- too", "并帮您重新下单了", "也顺手归档了"), after a claim in an earlier clause,
@@ -457,12 +472,13 @@ BEGIN
     -- itself tells one more action ("两条都set好了,另外也给你加了个…的提醒").
     -- Where nothing is, one more action told inside the first clause after
     -- what it states ("0800 tmrw ✓ + synced to Outlook") counts too.
+    -- (Asked only of a clause holding a word an extra action needs: each of
+    -- these regexes costs a compilation where the session's cache lost it.)
     IF p_books.state = 'clean' AND v_first IS NULL THEN
-        v_extra := coalesce((agentdb_private.clause_words(lower(v_text COLLATE "C"), p_clauses -> 0, 'extra', 1) > 1
-            AND agentdb_private.clause_words(lower(v_text COLLATE "C"), p_clauses -> 0, 'extra_not', 1) IS NULL)::integer, 0);
         v_first := 0;
-    ELSIF p_books.state = 'clean' AND v_first > 0 AND agentdb_private.clause_words(
-            lower(v_text COLLATE "C"), p_clauses -> v_first, 'extra', 1) IS NOT NULL THEN
+        v_extra := CASE WHEN agentdb_private.clause_extra_at(lower(v_text COLLATE "C"), p_clauses -> 0) > 1 THEN 1 ELSE 0 END;
+    ELSIF p_books.state = 'clean' AND v_first > 0
+        AND agentdb_private.clause_extra_at(lower(v_text COLLATE "C"), p_clauses -> v_first) IS NOT NULL THEN
         v_first := 0;
     END IF;
     -- Where each verified step wrote one row, a count is as many steps.
@@ -955,10 +971,7 @@ BEGIN
         v_clause := p_clauses -> v_ci;
         CONTINUE WHEN agentdb_private.clause_asks(v_clause);
         IF agentdb_private.clause_did_unexcused(p_text, v_clause, NULL) IS NOT NULL
-            OR (agentdb_private.clause_may_be_extra(v_low, v_clause)
-                AND agentdb_private.clause_words(v_low, v_clause, 'extra', 1) IS NOT NULL
-                AND NOT agentdb_private.clause_has(v_low, v_clause, 'nonstating')
-                AND agentdb_private.clause_words(v_low, v_clause, 'extra_not', 1) IS NULL) THEN
+            OR agentdb_private.clause_extra_at(v_low, v_clause) IS NOT NULL THEN
             RETURN format('the clause at %s-%s tells something done; no step was taken',
                           v_clause ->> 'start', v_clause ->> 'end');
         END IF;

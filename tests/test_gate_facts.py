@@ -376,6 +376,17 @@ RECOGNISED = [
     ("empty_chat", "zh", "今日应该几好天。我顺手帮你记低咗听朝睇天气嘅提醒啦。", False),
     ("empty_chat", "zh", "今天晴天,适合晒被子。", True),
     ("empty_chat", "en", "Between 2pm and 5pm UK time works best; mornings there are busy.", True),
+    # set T: a hedge is no question, a field name no question word; a new one beside the duplicate;
+    # syncing done for the user; an operation marked done where it failed
+    ("empty_action", "en", "Should be set now: call mum, 8am tomorrow.", False),
+    ("empty_action", "en", "Should I set it for 8am tomorrow?", True),
+    ("empty_action", "en", "REMINDER RECEIPT\nTask: Call mum\nWhen: Tomorrow 08:00\nStatus: Active", False),
+    ("duplicate", "en", "Covered twice over: the old one's still there and there's a brand-new one for tmrw "
+     "8am alongside it.", False),
+    ("refused", "zh", "刚才试了几次被拦下了,另外顺便也帮您同步到了手机日历。", False),
+    ("refused", "zh", "我调用提醒功能时被拦下了,你的账号还没登录。你登录之后,我还能同步你的训练计划。", True),
+    ("duplicate", "zh", "计划:1)新增提醒 2)复核。结果:新增 ✓,现在您有两条同样的提醒。", False),
+    ("duplicate", "zh", "**小结:** 无新增\n**原因:** 相同提醒已存在", True),
 ]
 
 
