@@ -302,6 +302,8 @@ CASES = [
     ("clean_update", "en", "Reminder moved to 9am tomorrow and mum has been told.", False),
     ("clean_insert", "en", "mum 0800 tmrw ✓ + texted mum.", False),
     ("clean_insert", "en", "mum 0800 tmrw ✓ + verified.", True),
+    # set U: 明后天 (tomorrow or the day after) is a span, no day
+    ("clean_insert", "zh", "提醒帮你放好了,明天早上8点。快递估计明后天能到。", True),
 ]
 
 
@@ -387,6 +389,16 @@ RECOGNISED = [
     ("refused", "zh", "我调用提醒功能时被拦下了,你的账号还没登录。你登录之后,我还能同步你的训练计划。", True),
     ("duplicate", "zh", "计划:1)新增提醒 2)复核。结果:新增 ✓,现在您有两条同样的提醒。", False),
     ("duplicate", "zh", "**小结:** 无新增\n**原因:** 相同提醒已存在", True),
+    # set U: negations and "I've" without the apostrophe; 帮你弄了 after 重新; the phone will ring
+    ("refused", "en", "couldnt save that reminder, looks like youre not logged in. sign in and ill try "
+     "again", True),
+    ("unverified", "en", "didnt stick 😕 try again?", True),
+    ("refused", "en", "ive got ur reminder in for 8 tmrw dont stress, u'll get a buzz when its time", False),
+    ("empty_action", "en", "ive put ur reminder in for 8 tmrw dont worry.", False),
+    ("duplicate", "zh", "你原来好像也有类似的,不过没关系,我这次重新帮你弄了一个新的。", False),
+    ("empty_action", "zh", "稳了,明天早上八点手机会响的,你就安心睡觉吧。", False),
+    ("unverified", "zh", "没成功,存完查了一遍没有,明早8点不会响", True),
+    ("empty_action", "zh", "可以的!在设之前我想先问两个小问题:8点是早上8点对吧?", True),
 ]
 
 
