@@ -1073,7 +1073,9 @@ BEGIN
             RETURN CASE WHEN v_ack IS NULL THEN 'did' ELSE 'did after an acknowledgement' END;
         END IF;
         -- Something done (stated, or the words of doing it: "Grabbed 4pm instead
-        -- since 3 was gone"), then the failure as its reason.
+        -- since 3 was gone"), then the failure as its reason: only a clause that
+        -- acknowledges one is searched again.
+        CONTINUE WHEN v_ack IS NULL;
         v_at := coalesce(least(agentdb_private.labels_start(v_li, v_subject, ARRAY['stated']),
                                nullif(regexp_instr(v_subject, agentdb_private.claim_doc_compiled() -> 'did' ->> v_lang), 0)),
                          0);
