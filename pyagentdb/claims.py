@@ -751,6 +751,16 @@ def read_facts(text: str | None, clauses: list[dict] | None = None) -> list[dict
     return _read_facts(list(zip(clauses, pieces, strict=True)))
 
 
+def _fact_tag(tags: dict, kind: str, tag: str | None, num: str | None) -> str | None:
+    """A fact's tag, as agentdb_private.fact_of reads it: the tags word its tag group holds; else a
+    time whose hour is two digits starting with 0 ("09:00", "0800") is on the 24-hour clock: am."""
+    if tag and tag.strip() in tags:
+        return tags[tag.strip()]
+    if kind == "time" and num and len(num) == 2 and num[0] == "0" and num[1] in "0123456789":
+        return "am"
+    return None
+
+
 def _read_facts(read: list[tuple[dict, _Piece]]) -> list[dict]:
     tags = (patterns().get("facts") or {}).get("tags", {})
     langs = _langs()
@@ -780,6 +790,7 @@ def _read_facts(read: list[tuple[dict, _Piece]]) -> list[dict]:
                         return groups[rule[key] - 1] if key in rule and rule[key] <= len(groups) else None
 
                     tag = group("tag")
+                    num = group("num")
                     out.append({
                         "type": rule["type"],
                         "clause": index,
@@ -787,7 +798,7 @@ def _read_facts(read: list[tuple[dict, _Piece]]) -> list[dict]:
                         "end": clause["start"] + end,
                         "n": parse_number(group("num")),
                         "m": parse_number(group("min")),
-                        "tag": tags.get(tag.strip()) if tag else None,
+                        "tag": _fact_tag(tags, rule["type"], tag, num),
                         "value": rule.get("value"),
                     })
     return sorted(out, key=lambda f: (f["start"], f["end"]))

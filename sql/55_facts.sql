@@ -45,6 +45,57 @@ BEGIN
 END
 $$;
 
+-- The class a clause's words name (the first lexicon entry of any language
+-- that matches it, the specific classes first), or NULL: what a clause that
+-- states a success without a claim the detector reads ("Reminder is set",
+-- "提醒设定好了") says was done.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_class(p_text text, p_clause jsonb)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
+AS $$
+DECLARE
+    v_words text := substr(p_text, (p_clause ->> 'start')::integer + 1,
+                           (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer);
+    v_class text;
+BEGIN
+    FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
+        v_class := agentdb_private.claim_class(((agentdb_private.claim_langs_compiled())[v_li]).lang, v_words, NULL);
+        IF v_class IS NOT NULL THEN
+            RETURN v_class;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+
+-- The classes of the things a clause names (its labels topic_<class>:
+-- "reminder", "闹钟" name set; "court", "3号场" name book), sorted.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_topics(p_text text, p_clause jsonb)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
+AS $$
+DECLARE
+    v_rules agentdb_private.claim_langs [] := agentdb_private.claim_langs_compiled();
+    v_out text [] := '{}';
+    v_topic text;
+BEGIN
+    IF p_clause IS NULL OR cardinality(v_rules) = 0
+        OR NOT agentdb_private.clause_has(p_text, p_clause, 'topic') THEN
+        RETURN v_out;
+    END IF;
+    FOREACH v_topic IN ARRAY string_to_array(
+            v_rules[1].set_labels[array_position(v_rules[1].set_names, 'topic')], ',') LOOP
+        IF agentdb_private.clause_has(p_text, p_clause, v_topic) THEN
+            v_out := v_out || substr(v_topic, 7);
+        END IF;
+    END LOOP;
+    RETURN v_out;
+END
+$$;
+
 -- Claims with their class, as pyagentdb.claims.read_reply gives them: the
 -- clause of each is the text from the claim's start to the end of the clause
 -- that holds it (or to the claim's end).
@@ -310,8 +361,12 @@ BEGIN
         'end', p_start + p_me - 1,
         'n', CASE WHEN p_f.num IS NOT NULL THEN agentdb_private.fact_number(v_groups[1]) END,
         'm', CASE WHEN p_f.min IS NOT NULL THEN agentdb_private.fact_number(v_groups[2]) END,
-        'tag', CASE WHEN p_f.tag IS NOT NULL THEN agentdb_private.claim_doc_compiled() -> 'facts' -> 'tags'
-                    ->> btrim(v_groups[3]) END,
+        -- A time whose hour is two digits starting with 0 ("09:00", "0800") and
+        -- no tag word is on the 24-hour clock: am.
+        'tag', coalesce(CASE WHEN p_f.tag IS NOT NULL THEN agentdb_private.claim_doc_compiled() -> 'facts' -> 'tags'
+                                 ->> btrim(v_groups[3]) END,
+                        CASE WHEN p_f.type = 'time' AND char_length(v_groups[1]) = 2 AND left(v_groups[1], 1) = '0'
+                                  AND strpos('0123456789', substr(v_groups[1], 2, 1)) > 0 THEN 'am' END),
         'value', to_jsonb(p_f.value));
 END
 $$;
@@ -780,6 +835,14 @@ BEGIN
         FOR v_fi IN 0 .. jsonb_array_length(v_src) - 1 LOOP
             v_fact := v_src -> v_fi;
             CONTINUE WHEN p_facts IS NOT NULL AND NOT coalesce((v_fact ->> 'clause')::integer = v_index, false);
+            -- A day before today in a clause that claims nothing and names no
+            -- class of action nor a thing of one tells of history ("your
+            -- earlier order shipped yesterday"), not of this turn's writes
+            -- ("Yesterday's reminders", "marked your reminders for yesterday").
+            CONTINUE WHEN NOT v_claimed AND v_fact ->> 'type' = 'day' AND (v_fact ->> 'value')::integer < 0
+                AND agentdb_private.clause_class(agentdb_private.normalised_reply(p_text, p_model_text), v_clause) IS NULL
+                AND cardinality(agentdb_private.clause_topics(
+                    agentdb_private.normalised_reply(p_text, p_model_text), v_clause)) = 0;
             v_facts := v_facts || jsonb_build_array(v_fact);
             IF v_fact ->> 'type' = 'time' THEN
                 v_has_time := true;
@@ -879,42 +942,6 @@ BEGIN
         END IF;
     END LOOP;
     RETURN false;
-END
-$$;
-
--- Why a clean reply marks more things done than were done, or NULL: its lines
--- holding a mark of something done (done_marks: "| Calendar event | ✅ Updated |",
--- "Step 2: set it to repeat → 成功") are each one thing done, and may not
--- outnumber the verified steps, nor their affected rows ("✅" beside each of five
--- reminders marked done by one step). A line of a table or a list is one thing,
--- whatever its words: no claim need be read in it. p_text: the reply as
--- normalised (its lines kept).
-CREATE OR REPLACE FUNCTION agentdb_private.marks_outnumber(p_books record, p_text text)
-RETURNS text
-LANGUAGE plpgsql STABLE
--- No SET clause: called by gate_reason only, under finalize_reply's pinned search_path.
-AS $$
-DECLARE
-    v_marked integer := 0;
-    v_done integer := 0;
-    v_rows integer := 0;
-    v_line text;
-BEGIN
-    IF p_text IS NULL OR strpos(p_text, E'\n') = 0 OR NOT agentdb_private.text_marks_done(p_text) THEN
-        RETURN NULL;
-    END IF;
-    FOR v_i IN 1 .. cardinality(p_books.ok) LOOP
-        CONTINUE WHEN NOT p_books.ok[v_i];
-        v_done := v_done + 1;
-        v_rows := v_rows + coalesce(p_books.affected[v_i], 0);
-    END LOOP;
-    FOREACH v_line IN ARRAY string_to_array(p_text, E'\n') LOOP
-        v_marked := v_marked + CASE WHEN agentdb_private.text_marks_done(v_line) THEN 1 ELSE 0 END;
-    END LOOP;
-    IF v_marked > greatest(v_done, v_rows) THEN
-        RETURN format('the reply marks %s things done; %s step(s) were, %s row(s)', v_marked, v_done, v_rows);
-    END IF;
-    RETURN NULL;
 END
 $$;
 
@@ -1181,6 +1208,78 @@ BEGIN
             RETURN v_at;
         END IF;
     END LOOP;
+    RETURN NULL;
+END
+$$;
+
+-- Why a clean reply marks more things done than were done, or NULL. Its lines
+-- holding a mark of something done (done_marks: "✅ Take medicine — 21:00",
+-- "- [x] Texted Mum", "Step 2: set it to repeat → 成功"), and the rows of a
+-- table holding a claim or a word of a class ("| 回收站 | 已永久清空 |", "| Court 3 |
+-- ❌ Cancelled |"), are each one thing done, and may not outnumber the verified
+-- steps, nor their affected rows ("✅" beside each of five reminders marked done
+-- by one step). A line of a table or a list is one thing, whatever its words,
+-- except a table's header row, a check (in its first words: "- [x] Verified", "✅
+-- 已回查确认", "- [x] Found the reminder") and a field of the thing (one word before a colon:
+-- "- [x] Time: tomorrow 8am", "☑ 时间:明早8点"; not "✅ 8am: call mum" nor
+-- "- [x] Reminder saved: call mum") that holds no claim nor a word of a class. p_text: the reply as normalised
+-- (its lines kept); p_claims: the claims read in it.
+DROP FUNCTION IF EXISTS agentdb_private.marks_outnumber(record, text);
+CREATE OR REPLACE FUNCTION agentdb_private.marks_outnumber(p_books record, p_text text, p_claims jsonb)
+RETURNS text
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by gate_reason only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_lines text [];
+    v_line text;
+    v_line_at jsonb;
+    v_marked integer := 0;
+    v_mark boolean;
+    v_said boolean;
+    v_label text;
+    v_at integer := 0;
+    v_done integer := 0;
+    v_rows integer := 0;
+BEGIN
+    IF p_text IS NULL OR strpos(p_text, E'\n') = 0
+        OR NOT (strpos(p_text, '|') > 0 OR agentdb_private.text_marks_done(p_text)) THEN
+        RETURN NULL;
+    END IF;
+    v_lines := string_to_array(p_text, E'\n');
+    FOR v_i IN 1 .. cardinality(v_lines) LOOP
+        v_line := v_lines[v_i];
+        v_line_at := jsonb_build_object('start', v_at, 'end', v_at + char_length(v_line), 'langs',
+                                        (SELECT jsonb_agg(l.lang) FROM unnest(agentdb_private.claim_langs_compiled()) AS l));
+        v_at := v_at + char_length(v_line) + 1;
+        v_mark := agentdb_private.text_marks_done(v_line);
+        -- (A header row is followed by the separator row: |---|---|.)
+        CONTINUE WHEN NOT (v_mark OR left(ltrim(v_line), 1) = '|')
+            OR (strpos(v_lines[v_i + 1], '-') > 0 AND translate(v_lines[v_i + 1], '|-: ', '') = '');
+        v_said := EXISTS (SELECT 1 FROM jsonb_array_elements(p_claims) AS k
+                           WHERE (k ->> 'start')::integer >= (v_line_at ->> 'start')::integer
+                             AND (k ->> 'start')::integer < (v_line_at ->> 'end')::integer);
+        -- (A check: one of its first words is one.)
+        CONTINUE WHEN agentdb_private.clause_words(lower(p_text), v_line_at, 'extra_not', 1) <= 12;
+        IF NOT v_said THEN
+            v_said := agentdb_private.clause_class(p_text, v_line_at) IS NOT NULL;
+            -- (A field: one word of at most 12 letters before a colon, no digit.)
+            v_label := btrim(translate(replace(replace(split_part(v_line, ':', 1), '[x]', ''), '[X]', ''),
+                                       '-*•✅✔☑', ''));
+            CONTINUE WHEN NOT v_said AND (NOT v_mark OR (strpos(v_line, ':') > 0 AND v_label <> ''
+                AND char_length(v_label) <= 12 AND strpos(v_label, ' ') = 0
+                AND translate(v_label, '0123456789', '') = v_label));
+        END IF;
+        v_marked := v_marked + 1;
+    END LOOP;
+    FOR v_i IN 1 .. cardinality(p_books.ok) LOOP
+        CONTINUE WHEN NOT p_books.ok[v_i];
+        v_done := v_done + 1;
+        v_rows := v_rows + coalesce(p_books.affected[v_i], 0);
+    END LOOP;
+    IF v_marked > greatest(v_done, v_rows) THEN
+        RETURN format('the reply marks %s things done; %s step(s) were, %s row(s)', v_marked, v_done, v_rows);
+    END IF;
     RETURN NULL;
 END
 $$;

@@ -189,56 +189,6 @@ DROP FUNCTION IF EXISTS agentdb_private.book_state(uuid);
 DROP FUNCTION IF EXISTS agentdb_private.book_state(text, uuid);
 DROP FUNCTION IF EXISTS agentdb_private.gate_reason(agentdb_private.tasks, record, record, jsonb);
 
--- The class a clause's words name (the first lexicon entry of any language
--- that matches it, the specific classes first), or NULL: what a clause that
--- states a success without a claim the detector reads ("Reminder is set",
--- "提醒设定好了") says was done.
-CREATE OR REPLACE FUNCTION agentdb_private.clause_class(p_text text, p_clause jsonb)
-RETURNS text
-LANGUAGE plpgsql STABLE
--- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
-AS $$
-DECLARE
-    v_words text := substr(p_text, (p_clause ->> 'start')::integer + 1,
-                           (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer);
-    v_class text;
-BEGIN
-    FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
-        v_class := agentdb_private.claim_class(((agentdb_private.claim_langs_compiled())[v_li]).lang, v_words, NULL);
-        IF v_class IS NOT NULL THEN
-            RETURN v_class;
-        END IF;
-    END LOOP;
-    RETURN NULL;
-END
-$$;
-
--- The classes of the things a clause names (its labels topic_<class>:
--- "reminder", "闹钟" name set; "court", "3号场" name book), sorted.
-CREATE OR REPLACE FUNCTION agentdb_private.clause_topics(p_text text, p_clause jsonb)
-RETURNS text[]
-LANGUAGE plpgsql STABLE
--- No SET clause: called by the gate's functions, all with a pinned search_path.
-AS $$
-DECLARE
-    v_rules agentdb_private.claim_langs [] := agentdb_private.claim_langs_compiled();
-    v_out text [] := '{}';
-    v_topic text;
-BEGIN
-    IF p_clause IS NULL OR cardinality(v_rules) = 0
-        OR NOT agentdb_private.clause_has(p_text, p_clause, 'topic') THEN
-        RETURN v_out;
-    END IF;
-    FOREACH v_topic IN ARRAY string_to_array(
-            v_rules[1].set_labels[array_position(v_rules[1].set_names, 'topic')], ',') LOOP
-        IF agentdb_private.clause_has(p_text, p_clause, v_topic) THEN
-            v_out := v_out || substr(v_topic, 7);
-        END IF;
-    END LOOP;
-    RETURN v_out;
-END
-$$;
-
 -- In a troubled task, the class of the verified step a clause speaks of, by
 -- the things it names, or NULL: a clause that states a success in words that
 -- name no class ("Reminder is in place", "提醒弄好了", "Reminder — done.")
@@ -294,7 +244,10 @@ $$;
 -- In a troubled task, a generic claim of something done ("提醒弄好了",
 -- "Reminder — done.", "Done: reminder for 8am") speaks of the verified step
 -- the things of its clause name (clause_topic): it takes that step's class,
--- instead of done (which every step would have to back).
+-- instead of done (which every step would have to back). A claim of another
+-- class whose clause also names a thing no verified step backs, and does not
+-- acknowledge the failure ("提醒和场地都已为您安排好", "Reminder and court are
+-- both booked"), speaks of that thing too: it takes that thing's class.
 CREATE OR REPLACE FUNCTION agentdb_private.claims_on_topic(p_text text, p_clauses jsonb, p_claims jsonb, p_books record)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
@@ -303,23 +256,30 @@ AS $$
 DECLARE
     v_claim jsonb;
     v_class text;
+    v_clause jsonb;
     v_out jsonb := '[]';
 BEGIN
     FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
         v_claim := p_claims -> v_ki;
-        IF coalesce(v_claim ->> 'class', v_claim ->> 'kind') = 'done' AND v_claim ? 'start' THEN
-            v_class := NULL;
-            FOR v_ci IN 0 .. jsonb_array_length(p_clauses) - 1 LOOP
-                IF (p_clauses -> v_ci ->> 'start')::integer <= (v_claim ->> 'start')::integer
-                    AND (v_claim ->> 'start')::integer < (p_clauses -> v_ci ->> 'end')::integer THEN
+        v_class := NULL;
+        v_clause := NULL;
+        FOR v_ci IN 0 .. CASE WHEN v_claim ? 'start' THEN jsonb_array_length(p_clauses) - 1 ELSE -1 END LOOP
+            IF (p_clauses -> v_ci ->> 'start')::integer <= (v_claim ->> 'start')::integer
+                AND (v_claim ->> 'start')::integer < (p_clauses -> v_ci ->> 'end')::integer THEN
+                v_clause := p_clauses -> v_ci;
+                IF coalesce(v_claim ->> 'class', v_claim ->> 'kind') = 'done' THEN
                     v_class := agentdb_private.clause_topic(p_text, p_clauses, v_ci, p_books);
-                    EXIT;
                 END IF;
-            END LOOP;
-            v_claim := v_claim || CASE WHEN v_class IS NOT NULL THEN jsonb_build_object('class', v_class)
-                                       ELSE '{}' END;
+                EXIT;
+            END IF;
+        END LOOP;
+        IF v_clause IS NOT NULL AND coalesce(v_claim ->> 'class', v_claim ->> 'kind') <> 'done'
+            AND NOT agentdb_private.clause_acks(p_text, v_clause, agentdb_private.failure_families(p_books)) THEN
+            SELECT t.t INTO v_class FROM unnest(agentdb_private.clause_topics(p_text, v_clause)) AS t (t)
+             WHERE agentdb_private.books_capacity(p_books, t.t, NULL) = 0 LIMIT 1;
         END IF;
-        v_out := v_out || jsonb_build_array(v_claim);
+        v_out := v_out || jsonb_build_array(v_claim || CASE WHEN v_class IS NOT NULL
+                                                            THEN jsonb_build_object('class', v_class) ELSE '{}' END);
     END LOOP;
     RETURN v_out;
 END
@@ -1047,8 +1007,10 @@ BEGIN
             -- (Normalised only where it was, or where the model's text holds lines and a
             -- mark: normalising makes no line break.)
             CASE WHEN p_books.state = 'clean' AND (v_norm IS NOT NULL OR (
-                          strpos(p_model_text, E'\n') > 0 AND agentdb_private.text_marks_done(p_model_text)))
-                 THEN agentdb_private.marks_outnumber(p_books, agentdb_private.normalised_reply(v_norm, p_model_text))
+                          strpos(p_model_text, E'\n') > 0 AND (strpos(p_model_text, '|') > 0
+                                                              OR agentdb_private.text_marks_done(p_model_text))))
+                 THEN agentdb_private.marks_outnumber(p_books, agentdb_private.normalised_reply(v_norm, p_model_text),
+                                                      p_read.claims)
             END,
             agentdb_private.claims_beyond_steps(p_books, v_norm, p_model_text, p_read.clauses, p_read.claims,
                                                p_read.facts),
@@ -1156,10 +1118,10 @@ BEGIN
     v_read := agentdb_private.gate_read(finalize_core.model_text, finalize_core.claims);
     v_books := agentdb_private.task_books(v_task.user_id, v_task.id);
     -- A troubled task with a verified step: a generic "done" speaks of the step
-    -- its clause's things name (claims_on_topic).
+    -- its clause's things name, any claim of a thing its clause names that no
+    -- verified step backs (claims_on_topic).
     IF v_books.state = 'troubled' AND v_books.failed < v_books.steps AND v_read.clauses IS NOT NULL
-        AND EXISTS (SELECT 1 FROM jsonb_array_elements(v_read.claims) AS k
-                     WHERE coalesce(k ->> 'class', k ->> 'kind') = 'done') THEN
+        AND EXISTS (SELECT 1 FROM jsonb_array_elements(v_read.claims) AS k WHERE k ? 'start') THEN
         v_read.norm := coalesce(v_read.norm, agentdb_private.normalise_reply(
             left(finalize_core.model_text, agentdb_private.max_reply())));
         v_read.claims := agentdb_private.claims_on_topic(v_read.norm, v_read.clauses, v_read.claims, v_books);

@@ -304,6 +304,24 @@ CASES = [
     ("clean_insert", "en", "mum 0800 tmrw ✓ + verified.", True),
     # set U: 明后天 (tomorrow or the day after) is a span, no day
     ("clean_insert", "zh", "提醒帮你放好了,明天早上8点。快递估计明后天能到。", True),
+    # set V: a ticked box is a mark; a check, a look-up or a field ticked is no thing done; a
+    # table's rows with a class word are things done, its header row is not; "×2" counts
+    ("clean_insert", "en", "- [x] Reminder saved: call mum\n- [x] Time: tomorrow 8am\n"
+     "- [x] Confirmed it is on your list", True),
+    ("clean_insert", "en", "- [x] Reminder saved: call mum, 8am tomorrow\n- [x] Sent mum a text about it",
+     False),
+    ("clean_cancel", "en", "| Item | Status |\n|---|---|\n| Court 3 | Cancelled |\n| Refund | Issued |",
+     False),
+    ("clean_refund", "en", "| Order | Refund | Status |\n|---|---|---|\n| Last order | £89.00 | Issued |",
+     True),
+    ("clean_delete", "zh", "☑ 提醒「给妈妈打电话」已删除 ×2", False),
+    # a two-digit hour starting with 0 is on the 24-hour clock: 09:00 is not 21:00
+    ("clean_two_inserts", "en", "Both saved for tomorrow: call mum 09:00, medicine 21:00.", False),
+    ("clean_two_inserts", "en", "Both saved for tomorrow: call mum 08:00, medicine 21:00.", True),
+    # a day before today in news of something else is history; of the task's things it is a fact
+    ("clean_insert", "en", "Reminder set for 8am tomorrow.\nAlso, your earlier parcel arrived yesterday.",
+     True),
+    ("clean_bulk", "en", "**Yesterday's reminders**\n- all 5 marked as done", False),
 ]
 
 
@@ -399,6 +417,12 @@ RECOGNISED = [
     ("empty_action", "zh", "稳了,明天早上八点手机会响的,你就安心睡觉吧。", False),
     ("unverified", "zh", "没成功,存完查了一遍没有,明早8点不会响", True),
     ("empty_action", "zh", "可以的!在设之前我想先问两个小问题:8点是早上8点对吧?", True),
+    # set V: a claim whose clause also names the thing that failed speaks of it too
+    ("partial", "zh", "观察:场地被占。最终回答:提醒和场地都已为您安排好。", False),
+    ("partial", "zh", "提醒已经为您设置好了,球场3点那场被别人订走了。", True),
+    ("partial", "en", "The reminder and the court are both set up for tomorrow.", False),
+    ("duplicate", "en", "- [x] Looked for an existing one\n- [x] Made a fresh reminder for 8am tomorrow",
+     False),
 ]
 
 
