@@ -665,6 +665,38 @@ BEGIN
 END
 $$;
 
+-- The failure families of a task's failed steps (the document's failures: a
+-- duplicate's "it was already there", a conflict's "someone else has it"), as
+-- label sets: words of a family acknowledge only a failure of its kind.
+CREATE OR REPLACE FUNCTION agentdb_private.failure_families(p_books record)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
+AS $$
+BEGIN
+    RETURN ARRAY(
+        SELECT DISTINCT agentdb_private.claim_doc_compiled() -> 'failures' ->> o.outcome
+          FROM unnest(p_books.outcomes, p_books.ok) AS o (outcome, ok)
+         WHERE NOT o.ok AND agentdb_private.claim_doc_compiled() -> 'failures' ->> o.outcome
+                            = ANY ((agentdb_private.claim_langs_compiled())[1].set_names));
+END
+$$;
+
+
+-- Does a clause acknowledge a failure: the ack label or the family of a failed
+-- step (p_families), and no reassurance or negated failure word (unack)?
+CREATE OR REPLACE FUNCTION agentdb_private.clause_acks(p_text text, p_clause jsonb, p_families text[])
+RETURNS boolean
+LANGUAGE sql STABLE
+-- No SET clause: called by the gate's functions, all with a pinned search_path.
+AS $$
+    SELECT (agentdb_private.clause_has(p_text, p_clause, 'ack')
+            OR EXISTS (SELECT 1 FROM unnest(coalesce(p_families, '{}')) AS f (f)
+                        WHERE agentdb_private.clause_has(p_text, p_clause, f.f)))
+       AND NOT agentdb_private.clause_has(p_text, p_clause, 'unack')
+$$;
+
+
 -- Why one fact of a clause (p_fact, among the clause's p_facts, on its day
 -- p_day and half p_half) is not what was written (p_written: written_values;
 -- p_counts: the counts facts_mismatch works out), or NULL.
@@ -799,10 +831,13 @@ DECLARE
     v_reason text;
     v_old_reason text;
     v_new_time boolean := false;
+    v_norm text;
+    v_aside integer;
 BEGIN
     IF p_facts IS NOT NULL AND (jsonb_typeof(p_facts) IS DISTINCT FROM 'array' OR jsonb_array_length(p_facts) = 0) THEN
         RETURN NULL;
     END IF;
+    v_norm := CASE WHEN p_only_claims THEN agentdb_private.normalised_reply(p_text, p_model_text) END;
     -- Loops over indexes, not queries, and no helper function per clause:
     -- each query is an executor run of its own, each call a function's set
     -- up, and this runs on every reply.
@@ -821,6 +856,16 @@ BEGIN
         END LOOP;
         CONTINUE WHEN p_only_claims AND NOT v_claimed;
         CONTINUE WHEN NOT v_claimed AND agentdb_private.clause_has(p_text, v_clause, 'nonstating');
+        -- In a troubled task, a parenthesis acknowledging the failure ("提醒已设好(场地3点被订了)")
+        -- tells of what was not written: its facts are not compared.
+        v_aside := NULL;
+        IF p_only_claims AND strpos(agentdb_private.clause_text(v_norm, v_clause), '(') > 0 THEN
+            v_aside := (v_clause ->> 'start')::integer + strpos(agentdb_private.clause_text(v_norm, v_clause), '(') - 1;
+            v_aside := CASE WHEN agentdb_private.clause_acks(v_norm, jsonb_build_object(
+                'start', v_aside, 'end', v_clause -> 'end', 'langs', coalesce(v_clause -> 'langs',
+                    (SELECT jsonb_agg(l.lang) FROM unnest(agentdb_private.claim_langs_compiled()) AS l))),
+                agentdb_private.failure_families(p_books)) THEN v_aside END;
+        END IF;
         -- The clause's facts: those of a runtime's reading, or read here; and
         -- the day and half of the day they name, when they name one of each
         -- (one value, however often), and whether they name a time.
@@ -835,6 +880,7 @@ BEGIN
         FOR v_fi IN 0 .. jsonb_array_length(v_src) - 1 LOOP
             v_fact := v_src -> v_fi;
             CONTINUE WHEN p_facts IS NOT NULL AND NOT coalesce((v_fact ->> 'clause')::integer = v_index, false);
+            CONTINUE WHEN (v_fact ->> 'start')::integer >= v_aside;
             -- A day before today in a clause that claims nothing and names no
             -- class of action nor a thing of one tells of history ("your
             -- earlier order shipped yesterday"), not of this turn's writes
@@ -1053,6 +1099,39 @@ AS $$
     SELECT min(nullif(regexp_instr(p_subject, ((agentdb_private.claim_langs_compiled())[p_li]).label_res[n.i]), 0))
       FROM unnest(((agentdb_private.claim_langs_compiled())[p_li]).label_names) WITH ORDINALITY AS n (name, i)
      WHERE n.name = ANY (p_names)
+$$;
+
+-- Is the extra action a clause tells (the document's "extra" words) governed
+-- by a label of p_set that starts before its words end ("if you like, I'll
+-- also text mum", "也可以告诉我")? One that starts after them governs nothing
+-- before it: "也已经发讯息通知你妈妈明天早上等你电话" tells the message sent.
+-- True where no extra words match (the clause is governed wherever the label
+-- stands, as before).
+CREATE OR REPLACE FUNCTION agentdb_private.clause_extra_governed(p_text text, p_clause jsonb, p_set text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by claims_beyond_steps only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_names text [] := string_to_array((agentdb_private.label_set_labels())[
+        array_position(agentdb_private.label_set_names(), p_set)], ',');
+    v_subject text;
+    v_at integer;
+BEGIN
+    FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
+        CONTINUE WHEN agentdb_private.claim_doc_compiled() -> 'extra'
+            ->> ((agentdb_private.claim_langs_compiled())[v_li]).lang IS NULL;
+        v_subject := agentdb_private.clause_subject(v_li, p_text, p_clause);
+        CONTINUE WHEN v_subject IS NULL;
+        -- (Where its words end: a label inside them, "也可以告诉我", governs the verb.)
+        v_at := regexp_instr(v_subject, agentdb_private.claim_doc_compiled() -> 'extra'
+            ->> ((agentdb_private.claim_langs_compiled())[v_li]).lang, 1, 1, 1);
+        IF v_at > 0 THEN
+            RETURN coalesce(agentdb_private.labels_start(v_li, v_subject, v_names) < v_at, false);
+        END IF;
+    END LOOP;
+    RETURN true;
+END
 $$;
 
 -- Does a clause tell a thing the assistant did itself (the document's "did"

@@ -285,23 +285,6 @@ BEGIN
 END
 $$;
 
--- The failure families of a task's failed steps (the document's failures: a
--- duplicate's "it was already there", a conflict's "someone else has it"), as
--- label sets: words of a family acknowledge only a failure of its kind.
-CREATE OR REPLACE FUNCTION agentdb_private.failure_families(p_books record)
-RETURNS text[]
-LANGUAGE plpgsql STABLE
--- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
-AS $$
-BEGIN
-    RETURN ARRAY(
-        SELECT DISTINCT agentdb_private.claim_doc_compiled() -> 'failures' ->> o.outcome
-          FROM unnest(p_books.outcomes, p_books.ok) AS o (outcome, ok)
-         WHERE NOT o.ok AND agentdb_private.claim_doc_compiled() -> 'failures' ->> o.outcome
-                            = ANY ((agentdb_private.claim_langs_compiled())[1].set_names));
-END
-$$;
-
 -- Does a claim start in this clause?
 CREATE OR REPLACE FUNCTION agentdb_private.clause_holds_claim(p_clause jsonb, p_claims jsonb)
 RETURNS boolean
@@ -463,7 +446,8 @@ BEGIN
         IF (agentdb_private.clause_words(v_text, p_clauses -> v_ci, 'extra', 1) IS NOT NULL
                 OR (agentdb_private.clause_has(v_text, p_clauses -> v_ci, 'also')
                     AND agentdb_private.clause_holds_claim(p_clauses -> v_ci, p_claims)))
-            AND NOT agentdb_private.clause_has(v_text, p_clauses -> v_ci, 'nonstating')
+            AND NOT (agentdb_private.clause_has(v_text, p_clauses -> v_ci, 'nonstating')
+                     AND agentdb_private.clause_extra_governed(v_text, p_clauses -> v_ci, 'nonstating'))
             AND agentdb_private.clause_words(v_text, p_clauses -> v_ci, 'extra_not', 1) IS NULL THEN
             v_extra := v_extra + 1;
         END IF;
@@ -506,15 +490,27 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_class text;
+    v_clauses jsonb := p_clauses;
+    v_open integer;
 BEGIN
     IF p_text IS NULL THEN
         RETURN NULL;
     END IF;
-    v_class := agentdb_private.clause_class(p_text, p_clauses -> p_ci);
+    -- What a parenthesis adds ("提醒已设好(场地3点被订了)") is an aside: the
+    -- clause states what comes before it.
+    v_open := strpos(agentdb_private.clause_text(p_text, p_clauses -> p_ci), '(');
+    -- (Read from its words on either path: a runtime's labels are the whole clause's.)
+    IF v_open > 1 THEN
+        v_clauses := jsonb_set(p_clauses, ARRAY[p_ci::text], (p_clauses -> p_ci) - 'labels' || jsonb_build_object(
+            'end', (p_clauses -> p_ci ->> 'start')::integer + v_open - 1,
+            'langs', coalesce(p_clauses -> p_ci -> 'langs',
+                              (SELECT jsonb_agg(l.lang) FROM unnest(agentdb_private.claim_langs_compiled()) AS l))));
+    END IF;
+    v_class := agentdb_private.clause_class(p_text, v_clauses -> p_ci);
     IF v_class IS NOT NULL AND agentdb_private.books_capacity(p_books, v_class, NULL) > 0 THEN
         RETURN v_class;
     END IF;
-    v_class := agentdb_private.clause_topic(p_text, p_clauses, p_ci, p_books);
+    v_class := agentdb_private.clause_topic(p_text, v_clauses, p_ci, p_books);
     RETURN CASE WHEN agentdb_private.books_capacity(p_books, v_class, NULL) > 0 THEN v_class END;
 END
 $$;
@@ -529,19 +525,6 @@ AS $$
     SELECT substr(p_text, (p_clauses -> (p_ci - 1) ->> 'end')::integer + 1,
                   (p_clauses -> p_ci ->> 'start')::integer - (p_clauses -> (p_ci - 1) ->> 'end')::integer)
            ~ '[.!?。！？\n]'
-$$;
-
--- Does a clause acknowledge a failure: the ack label or the family of a failed
--- step (p_families), and no reassurance or negated failure word (unack)?
-CREATE OR REPLACE FUNCTION agentdb_private.clause_acks(p_text text, p_clause jsonb, p_families text[])
-RETURNS boolean
-LANGUAGE sql STABLE
--- No SET clause: called by the gate's functions, all with a pinned search_path.
-AS $$
-    SELECT (agentdb_private.clause_has(p_text, p_clause, 'ack')
-            OR EXISTS (SELECT 1 FROM unnest(coalesce(p_families, '{}')) AS f (f)
-                        WHERE agentdb_private.clause_has(p_text, p_clause, f.f)))
-       AND NOT agentdb_private.clause_has(p_text, p_clause, 'unack')
 $$;
 
 -- Is a failure told after clause p_ci, in its sentence (no . ! ? 。！？ or line
@@ -689,8 +672,12 @@ BEGIN
         reason := 'nothing in the reply could be read';
         RETURN;
     END IF;
-    IF p_state = 'troubled' AND p_books.failed = p_books.steps
-        AND NOT p_books.outcomes && ARRAY['duplicate', 'conflict'] AND agentdb_private.text_marks_done(p_text) THEN
+    -- Where no step was verified (nor was one a duplicate or a conflict, where
+    -- "Already there ✅" is honest), a mark of something done anywhere in the
+    -- reply says otherwise ("✅ Call mum · tomorrow · 8:00 AM").
+    IF (p_state = 'empty_action' OR p_state = 'troubled' AND p_books.failed = p_books.steps
+            AND NOT p_books.outcomes && ARRAY['duplicate', 'conflict'])
+        AND agentdb_private.text_marks_done(p_text) THEN
         reason := 'the reply holds a mark of something done; no step was verified';
         RETURN;
     END IF;

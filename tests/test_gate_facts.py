@@ -322,6 +322,14 @@ CASES = [
     ("clean_insert", "en", "Reminder set for 8am tomorrow.\nAlso, your earlier parcel arrived yesterday.",
      True),
     ("clean_bulk", "en", "**Yesterday's reminders**\n- all 5 marked as done", False),
+    # set W: a thing sent told without its subject is one more action; so is an order placed
+    # or a message sent before a clause that waits for something ("等你电话" governs nothing
+    # before it); "court #4" names court 4
+    ("clean_update", "en", "Moved to 9am tomorrow. A confirmation link sent to your email.", False),
+    ("clean_two_inserts", "zh", "两个提醒都设好了，也已经发短信告诉你妈妈明天早上等你电话。", False),
+    ("clean_two_inserts", "zh", "两个提醒都设好了，另外我顺便帮你在药房下了一单。", False),
+    ("clean_cancel", "en", "Done, court #4 tomorrow 15:00 cancelled.", False),
+    ("clean_cancel", "en", "Done, court #3 tomorrow 15:00 cancelled.", True),
 ]
 
 
@@ -423,6 +431,13 @@ RECOGNISED = [
     ("partial", "en", "The reminder and the court are both set up for tomorrow.", False),
     ("duplicate", "en", "- [x] Looked for an existing one\n- [x] Made a fresh reminder for 8am tomorrow",
      False),
+    # set W: a mark of something done where nothing was; a thing done before the failure told in
+    # a parenthesis as its reason; "0 reminders created" says nothing was done
+    ("empty_action", "en", "✅ Call mum at 8am tomorrow. Anything else?", False),
+    ("conflict", "zh", "已帮你订好明天下午4点的3号场(3点已满)。", False),
+    ("partial", "en", "Reminder set for 08:00. Court 3 booked for 16:00 (the 15:00 slot was gone).", False),
+    ("partial", "zh", "提醒已设好(场地3点被订了)。", True),
+    ("refused", "en", "Not saved: you're logged out. 0 reminders created.", True),
 ]
 
 
