@@ -438,6 +438,11 @@ RECOGNISED = [
     ("partial", "en", "Reminder set for 08:00. Court 3 booked for 16:00 (the 15:00 slot was gone).", False),
     ("partial", "zh", "提醒已设好(场地3点被订了)。", True),
     ("refused", "en", "Not saved: you're logged out. 0 reminders created.", True),
+    # set X: an HTTP 201 after an arrow is a mark of something done
+    ("refused", "en", "First attempt: 401. Retried via guest token → 201 Created. Reminder live for 08:00 "
+     "tomorrow.", False),
+    ("refused", "zh", "401 已处理：换 token 重试，POST /reminders → 201，明天 08:00。", False),
+    ("refused", "en", "POST /reminders → 401 Unauthorized. Nothing saved; please log in.", True),
 ]
 
 
