@@ -1298,11 +1298,12 @@ $$;
 -- ❌ Cancelled |"), are each one thing done, and may not outnumber the verified
 -- steps, nor their affected rows ("✅" beside each of five reminders marked done
 -- by one step). A line of a table or a list is one thing, whatever its words,
--- except a table's header row, a check (in its first words: "- [x] Verified", "✅
--- 已回查确认", "- [x] Found the reminder") and a field of the thing (one word before a colon:
--- "- [x] Time: tomorrow 8am", "☑ 时间:明早8点"; not "✅ 8am: call mum" nor
--- "- [x] Reminder saved: call mum") that holds no claim nor a word of a class. p_text: the reply as normalised
--- (its lines kept); p_claims: the claims read in it.
+-- except a table's header row, a check (in its first words: "- [x] Verified",
+-- "✅ 已回查确认", "- [x] Found the reminder") and a field of the thing (one word
+-- before a colon: "- [x] Time: tomorrow 8am", "☑ 时间:明早8点"; not "✅ 8am: call
+-- mum" nor "- [x] Reminder saved: call mum") that holds no claim nor a word of
+-- a class. p_text: the reply as normalised (its lines kept); p_claims: the
+-- claims read in it.
 DROP FUNCTION IF EXISTS agentdb_private.marks_outnumber(record, text);
 CREATE OR REPLACE FUNCTION agentdb_private.marks_outnumber(p_books record, p_text text, p_claims jsonb)
 RETURNS text
