@@ -503,8 +503,7 @@ BEGIN
     IF v_open > 1 THEN
         v_clauses := jsonb_set(p_clauses, ARRAY[p_ci::text], (p_clauses -> p_ci) - 'labels' || jsonb_build_object(
             'end', (p_clauses -> p_ci ->> 'start')::integer + v_open - 1,
-            'langs', coalesce(p_clauses -> p_ci -> 'langs',
-                              (SELECT jsonb_agg(l.lang) FROM unnest(agentdb_private.claim_langs_compiled()) AS l))));
+            'langs', coalesce(p_clauses -> p_ci -> 'langs', agentdb_private.claim_lang_codes())));
     END IF;
     v_class := agentdb_private.clause_class(p_text, v_clauses -> p_ci);
     IF v_class IS NOT NULL AND agentdb_private.books_capacity(p_books, v_class, NULL) > 0 THEN
