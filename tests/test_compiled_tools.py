@@ -44,6 +44,27 @@ def test_no_role_but_the_owner_can_run_compiled_code(reminders, role_connect):
                          "false, 'en')")
 
 
+def test_the_dispatcher_finds_every_tool_among_many(reminders):
+    """agentdb_tools._run searches the names by halves (byte order, whatever the database's
+    collation sorts "_" and digits as): each of 40 tools, their names chosen so that byte and
+    dictionary order differ, runs its own compiled code, and a name it does not hold runs none."""
+    names = [f"{p}{s}" for p in ("a_", "a", "a1", "ab_", "b")
+             for s in ("x", "_y", "z1", "0", "_", "aa", "b_c", "q")]
+    for name in names:
+        reminders.execute(
+            "SELECT agentdb.register_tool(name => %s, action => 'insert', target => 'public.reminders', "
+            "label_zh => %s, label_en => %s, owner_column => 'user_id')", (name, name, f"file under {name}"))
+    assert scalar(reminders, "SELECT count(*) FROM agentdb_private.tools") == len(names) + 4
+    task = begin(reminders)
+    for i, name in enumerate(names):
+        receipt = invoke(reminders, task, name, {"content": f"n{i}", "remind_at": FAR_TIME})
+        check_recorded(reminders, receipt, outcome="success")
+        assert receipt["detail"].startswith(f"File under {name}:"), (name, receipt["detail"])
+    for absent in ("a_w", "a0", "zz", "a"):
+        assert scalar(reminders, "SELECT agentdb_tools._run(%s, 'u1', '{}', NULL, NULL, NULL, true, 'en')",
+                      (absent + "_none",)) is None
+
+
 def test_an_added_column_is_compiled_in(reminders):
     reminders.execute("ALTER TABLE public.reminders ADD COLUMN place text")
     assert status(reminders, "add_reminder")["stale"] is False
