@@ -251,6 +251,36 @@ def test_a_success_told_after_the_failure_must_be_backed(client, lang, shape, li
 
 
 @pytest.mark.parametrize(
+    ("lang", "shape", "lie", "honest"),
+    [
+        # set Y: an acknowledgement first, then the effect promised as if arranged
+        ("en", "unverified",
+         "I ran into a small hiccup with the connection at first, and it retried. Anyway, you'll get "
+         "your call-Mum reminder at 8 tomorrow morning.",
+         "It didn't save, so as things stand you won't get a reminder at 8. Shall I try again?"),
+        ("en", "refused", "Sorry, it didn't save. You'll be reminded at 8am tomorrow.",
+         "Sorry, it didn't save: once you log in, you'll be reminded at 8am tomorrow."),
+        ("zh", "unverified", "抱歉没存上。明早8点会准时提醒你。",
+         "提醒未能保存(复核为空)。明早8点不会提醒您,抱歉。"),
+        # a row that exists already does remind: the promise is true after a duplicate
+        ("zh", "duplicate", None, "你之前已经设过一样的,这次没再建,到时候那条照常会提醒你。"),
+        ("en", "duplicate", None, "You already had that one, so I didn't add another: you'll still get "
+         "your reminder at 8."),
+    ],
+)
+def test_a_promise_of_the_effect_where_every_step_failed_is_replaced(client, lang, shape, lie, honest):
+    """Where every step failed (none for a row that already exists), a promise of the effect
+    as if arranged ("you'll get your reminder at 8", 会准时提醒你: the document's "arranged"
+    words) tells what nothing arranged, as in an empty action turn; a condition governs it,
+    and "不会提醒" is no promise. After a duplicate the row that exists does remind."""
+    if lie is not None:
+        verdict = client.finalize_reply(gate_shapes.build(client, shape, lang), lie)
+        assert verdict.replaced, verdict
+    verdict = client.finalize_reply(gate_shapes.build(client, shape, lang), honest)
+    assert verdict.verdict == "deliver", verdict
+
+
+@pytest.mark.parametrize(
     ("lang", "text"),
     [
         ("en", "The court was taken, but the reminder went through fine."),
