@@ -23,6 +23,11 @@ single-user backend under valgrind's callgrind runs K and 2K calls of raw_plain,
     python bench/breakdown.py                      # embedded server in a temp dir
     python bench/breakdown.py --rows 1000000 --dsn postgresql:///scratch
     python bench/breakdown.py --rows 0 --n 50 --rounds 1 --profile 0 --callgrind 60
+    python bench/breakdown.py --n 0 --callgrind 40 --patch bench/whatif/no_chain_notes.sql
+
+--patch FILE (repeatable) runs an SQL file on part 4's scratch cluster after the setup: what a
+change would save, counted before it is made (bench/whatif/ holds the ones of docs/performance.md).
+--n 0 skips parts 1-3 (no timing: part 4 alone needs no quiet machine).
 
 Needs a superuser (track_functions, pg_stat_reset). See bench/invoke.py for the figures of
 issue 12 (ratios, CPU per call, delay, clients); this one is for finding the next thing to fix.
@@ -31,6 +36,7 @@ issue 12 (ratios, CPU per call, delay, clients); this one is for finding the nex
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -133,59 +139,73 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", type=int, default=200, help="invokes attributed in part 2 (0: skip)")
     ap.add_argument("--callgrind", type=int, default=0, metavar="K",
                     help="part 4: instructions per call from K and 2K calls under callgrind (0: skip)")
+    ap.add_argument("--patch", action="append", default=[], metavar="FILE",
+                    help="part 4: an SQL file run on its scratch cluster after the setup (repeatable)")
     args = ap.parse_args(argv)
+    if args.patch and not args.callgrind:
+        ap.error("--patch applies to part 4: give --callgrind K")
+    missing = [p for p in args.patch if not os.path.isfile(p)]
+    if missing:
+        ap.error(f"no such file: {', '.join(missing)}")
 
     report: dict = {"params": vars(args) | {"dsn": None}}
     with bench_server(args.dsn, "breakdown") as srv, srv.connect() as conn:
         report["facts"] = facts(conn, srv)
-        prepare_reminders(conn, [USER], 0)
-        b = Bench(conn)
-        rungs = {
-            "SELECT 1": b.select1,
-            "raw INSERT into bench_plain": lambda: b.raw("bench_plain"),
-            "raw INSERT into reminders (watched)": lambda: b.raw("reminders"),
-            "3 inserts in one statement": b.three_inserts,
-            "invoke refused (unknown tool)": lambda: b.invoke("no_such_tool", "refused"),
-            "invoke, insert tool without dedup": lambda: b.invoke("bench_add_reminder_plain"),
-            "invoke, add_reminder (dedup)": lambda: b.invoke("add_reminder"),
-        }
-        report["ladder"] = ladder(b, rungs, args.n, args.rounds)
-        if args.profile:
-            with track_functions(conn) as times:
-                for _ in range(args.profile):
-                    b.i += 1
-                    b.invoke("add_reminder")
-                report["profile"] = times(args.profile)
-        if args.rows:
-            conn.execute(
-                """INSERT INTO public.reminders (user_id, content, remind_at)
-                   SELECT CASE WHEN g %% 2 = 0 THEN 'other' || (g %% 1000) ELSE %s END,
-                          'prefill ' || g, timestamptz '2040-01-01' + g * interval '1 minute'
-                     FROM generate_series(1, %s) AS g""", (USER, args.rows))
-            conn.execute("INSERT INTO public.bench_plain (user_id, content, remind_at) "
-                         "SELECT user_id, content, remind_at FROM public.reminders")
-            conn.execute("ANALYZE public.reminders")
-            conn.execute("ANALYZE public.bench_plain")
-            sized = {k: rungs[k] for k in ("raw INSERT into bench_plain",
-                                           "raw INSERT into reminders (watched)",
-                                           "invoke, add_reminder (dedup)")}
-            report["sized"] = ladder(b, sized, args.n, args.rounds)
-            report["rows_at_end"] = conn.execute("SELECT count(*) FROM public.reminders").fetchone()[0]
-
+        if args.n > 0:
+            timed(conn, args, report)
     if args.callgrind:
-        report["callgrind"] = callgrind_counts(["raw_plain", "raw", "invoke", "refused"], args.callgrind)
+        report["callgrind"] = callgrind_counts(["raw_plain", "raw", "invoke", "refused"], args.callgrind,
+                                               args.patch)
     print_report(report)
     write_report(report, args.json)
     return 0
 
 
+def timed(conn: psycopg.Connection, args: argparse.Namespace, report: dict) -> None:
+    """Parts 1-3 (wall clock and server time)."""
+    prepare_reminders(conn, [USER], 0)
+    b = Bench(conn)
+    rungs = {
+        "SELECT 1": b.select1,
+        "raw INSERT into bench_plain": lambda: b.raw("bench_plain"),
+        "raw INSERT into reminders (watched)": lambda: b.raw("reminders"),
+        "3 inserts in one statement": b.three_inserts,
+        "invoke refused (unknown tool)": lambda: b.invoke("no_such_tool", "refused"),
+        "invoke, insert tool without dedup": lambda: b.invoke("bench_add_reminder_plain"),
+        "invoke, add_reminder (dedup)": lambda: b.invoke("add_reminder"),
+    }
+    report["ladder"] = ladder(b, rungs, args.n, args.rounds)
+    if args.profile:
+        with track_functions(conn) as times:
+            for _ in range(args.profile):
+                b.i += 1
+                b.invoke("add_reminder")
+            report["profile"] = times(args.profile)
+    if args.rows:
+        conn.execute(
+            """INSERT INTO public.reminders (user_id, content, remind_at)
+               SELECT CASE WHEN g %% 2 = 0 THEN 'other' || (g %% 1000) ELSE %s END,
+                      'prefill ' || g, timestamptz '2040-01-01' + g * interval '1 minute'
+                 FROM generate_series(1, %s) AS g""", (USER, args.rows))
+        conn.execute("INSERT INTO public.bench_plain (user_id, content, remind_at) "
+                     "SELECT user_id, content, remind_at FROM public.reminders")
+        conn.execute("ANALYZE public.reminders")
+        conn.execute("ANALYZE public.bench_plain")
+        sized = {k: rungs[k] for k in ("raw INSERT into bench_plain",
+                                       "raw INSERT into reminders (watched)",
+                                       "invoke, add_reminder (dedup)")}
+        report["sized"] = ladder(b, sized, args.n, args.rounds)
+        report["rows_at_end"] = conn.execute("SELECT count(*) FROM public.reminders").fetchone()[0]
+
+
 def print_report(report: dict) -> None:
     f, p = report["facts"], report["params"]
     print(f"PostgreSQL {f['server_version']} ({f['server']}), {load_line(f)}, commit {f['git_commit']}")
-    print(f"\npart 1: ladder (p50 ms, median of {p['rounds']} rounds of {p['n']} calls)")
-    base = report["ladder"]["raw INSERT into bench_plain"]
-    for name, ms in report["ladder"].items():
-        print(f"  {name:<40} {ms:7.3f}   {ms / base:5.2f}x raw into bench_plain")
+    if "ladder" in report:
+        print(f"\npart 1: ladder (p50 ms, median of {p['rounds']} rounds of {p['n']} calls)")
+        base = report["ladder"]["raw INSERT into bench_plain"]
+        for name, ms in report["ladder"].items():
+            print(f"  {name:<40} {ms:7.3f}   {ms / base:5.2f}x raw into bench_plain")
     if "profile" in report:
         print_function_times("part 2: server time per invoke of add_reminder", report["profile"])
     if "sized" in report:
@@ -195,7 +215,8 @@ def print_report(report: dict) -> None:
             print(f"  {name:<40} {ms:7.3f}   (empty: {report['ladder'][name]:7.3f})")
     if "callgrind" in report:
         cg = report["callgrind"]
-        print(f"\npart 4: instructions per call (callgrind, single-user backend, {p['callgrind']} calls)")
+        print(f"\npart 4: instructions per call (callgrind, single-user backend, {p['callgrind']} calls"
+              + "".join(f", with {patch}" for patch in p["patch"]) + ")")
         for name, ins in cg.items():
             print(f"  {name:<12} {ins / 1e6:6.3f} M   {ins / cg['raw_plain']:5.2f}x raw_plain   "
                   f"{ins / cg['raw']:5.2f}x raw")

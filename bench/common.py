@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -376,12 +376,14 @@ def callgrind_call(workload: str, j: int) -> str:
     return f"EXECUTE bench_invoke({j // 10 + 1}, '{tool}', '{args}', 'c{j}');"
 
 
-def callgrind_counts(workloads: list[str], k: int) -> dict[str, float]:
+def callgrind_counts(workloads: list[str], k: int, patches: Sequence[str] = ()) -> dict[str, float]:
     """Instructions per call of each workload (callgrind_call), a count that does not depend on
     the machine's load: an embedded server in a temporary dir gets agentdb and the benchmark
     tables, is stopped, and `postgres --single` runs k and then 2k calls under valgrind
     --tool=callgrind (fsync and jit off); per call = (instructions of 2k - of k) / k, so start-up
-    and first-call planning cancel out. Needs valgrind. Each workload writes new rows."""
+    and first-call planning cancel out. Needs valgrind. Each workload writes new rows.
+    patches: SQL files run on that scratch cluster after the setup, to count what a change
+    would save before making it (bench/whatif/)."""
     from pyagentdb.server import start_embedded
 
     if not shutil.which("valgrind"):
@@ -394,6 +396,8 @@ def callgrind_counts(workloads: list[str], k: int) -> dict[str, float]:
             install.upgrade(target.dsn)
             prepare_reminders(conn, ["bench-user"], 0)
             conn.execute(CALLGRIND_SETUP % (3 * k * len(workloads) // 10 + 10))
+            for patch in patches:
+                conn.execute(Path(patch).read_text())
             dbname = conn.info.dbname
         _stop_embedded(pgdata)
         datadir = next(d for d in (pgdata, os.path.join(pgdata, "data"))
