@@ -957,6 +957,18 @@ AS $$
                 coalesce(((agentdb_private.claim_langs_compiled())[1]).max_clause, 2147483647))
 $$;
 
+-- Where a clause's parenthesis opens, as an offset in the text, or NULL: what
+-- it adds is an aside ("提醒已设好(场地3点被订了)": the clause states what
+-- comes before it; clause_success_class, facts_mismatch).
+CREATE OR REPLACE FUNCTION agentdb_private.clause_aside_at(p_text text, p_clause jsonb)
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+-- No SET clause: inlined; it names only pg_catalog functions and clause_text.
+AS $$
+    SELECT (p_clause ->> 'start')::integer
+           + nullif(strpos(agentdb_private.clause_text(p_text, p_clause), '('), 0) - 1
+$$;
+
 CREATE OR REPLACE FUNCTION agentdb_private.fold_for(p_li integer, p_s text)
 RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -1032,7 +1044,9 @@ $$;
 -- clause_frames is asked here, with the set's one alternation per language
 -- whose script it holds ("question" also when the separator after it asks
 -- one, "blank" when it holds no script): the same answer as the labels
--- read_clauses gives, with one regex instead of one per label. The set's
+-- read_clauses gives, with one regex instead of one per label; a span that
+-- names no languages (a clause of a runtime's reading cut by the gate, a line)
+-- is asked in every language. The set's
 -- labels come from a small constant (label_sets_compiled): a runtime's
 -- clause is answered without the compiled rules.
 CREATE OR REPLACE FUNCTION agentdb_private.clause_has(p_text text, p_clause jsonb, p_set text)
@@ -1063,7 +1077,7 @@ BEGIN
     END IF;
     v_clause := agentdb_private.clause_text(p_text, p_clause);
     FOR v_li IN 1 .. cardinality(agentdb_private.claim_langs_compiled()) LOOP
-        CONTINUE WHEN NOT coalesce(p_clause -> 'langs' ? ((agentdb_private.claim_langs_compiled())[v_li]).lang, false)
+        CONTINUE WHEN NOT coalesce(p_clause -> 'langs' ? ((agentdb_private.claim_langs_compiled())[v_li]).lang, true)
             OR ((agentdb_private.claim_langs_compiled())[v_li]).set_res[v_i] IS NULL;
         IF regexp_like(agentdb_private.fold_for(v_li, v_clause),
                        ((agentdb_private.claim_langs_compiled())[v_li]).set_res[v_i]) THEN

@@ -45,16 +45,8 @@ BEGIN
 END
 $$;
 
--- The codes of the loaded document's languages, as a clause's "langs": a
--- clause cut here from a runtime's reading (which names no languages) is
--- read by every language.
-CREATE OR REPLACE FUNCTION agentdb_private.claim_lang_codes()
-RETURNS jsonb
-LANGUAGE sql STABLE
--- No SET clause: inlined; it names only pg_catalog functions and the constant.
-AS $$
-    SELECT coalesce(jsonb_agg(l.lang), '[]') FROM unnest(agentdb_private.claim_langs_compiled()) AS l
-$$;
+-- (A span that names no languages is read by every language: clause_has.)
+DROP FUNCTION IF EXISTS agentdb_private.claim_lang_codes();
 
 -- The class a clause's words name (the first lexicon entry of any language
 -- that matches it, the specific classes first), or NULL: what a clause that
@@ -869,12 +861,10 @@ BEGIN
         CONTINUE WHEN NOT v_claimed AND agentdb_private.clause_has(p_text, v_clause, 'nonstating');
         -- In a troubled task, a parenthesis acknowledging the failure ("提醒已设好(场地3点被订了)")
         -- tells of what was not written: its facts are not compared.
-        v_aside := NULL;
-        IF p_only_claims AND strpos(agentdb_private.clause_text(v_norm, v_clause), '(') > 0 THEN
-            v_aside := (v_clause ->> 'start')::integer + strpos(agentdb_private.clause_text(v_norm, v_clause), '(') - 1;
-            v_aside := CASE WHEN agentdb_private.clause_acks(v_norm, jsonb_build_object(
-                'start', v_aside, 'end', v_clause -> 'end',
-                'langs', coalesce(v_clause -> 'langs', agentdb_private.claim_lang_codes())),
+        v_aside := CASE WHEN p_only_claims THEN agentdb_private.clause_aside_at(v_norm, v_clause) END;
+        IF v_aside IS NOT NULL THEN
+            v_aside := CASE WHEN agentdb_private.clause_acks(v_norm, jsonb_strip_nulls(jsonb_build_object(
+                'start', v_aside, 'end', v_clause -> 'end', 'langs', v_clause -> 'langs')),
                 agentdb_private.failure_families(p_books)) THEN v_aside END;
         END IF;
         -- The clause's facts: those of a runtime's reading, or read here; and
@@ -1325,7 +1315,6 @@ DECLARE
     v_lines text [];
     v_line text;
     v_line_at jsonb;
-    v_langs jsonb;
     v_marked integer := 0;
     v_mark boolean;
     v_said boolean;
@@ -1339,10 +1328,9 @@ BEGIN
         RETURN NULL;
     END IF;
     v_lines := string_to_array(p_text, E'\n');
-    v_langs := agentdb_private.claim_lang_codes();
     FOR v_i IN 1 .. cardinality(v_lines) LOOP
         v_line := v_lines[v_i];
-        v_line_at := jsonb_build_object('start', v_at, 'end', v_at + char_length(v_line), 'langs', v_langs);
+        v_line_at := jsonb_build_object('start', v_at, 'end', v_at + char_length(v_line));
         v_at := v_at + char_length(v_line) + 1;
         v_mark := agentdb_private.text_marks_done(v_line);
         -- (A header row is followed by the separator row: |---|---|.)

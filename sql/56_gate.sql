@@ -491,19 +491,17 @@ AS $$
 DECLARE
     v_class text;
     v_clauses jsonb := p_clauses;
-    v_open integer;
+    v_aside integer;
 BEGIN
     IF p_text IS NULL THEN
         RETURN NULL;
     END IF;
-    -- What a parenthesis adds ("提醒已设好(场地3点被订了)") is an aside: the
-    -- clause states what comes before it.
-    v_open := strpos(agentdb_private.clause_text(p_text, p_clauses -> p_ci), '(');
-    -- (Read from its words on either path: a runtime's labels are the whole clause's.)
-    IF v_open > 1 THEN
-        v_clauses := jsonb_set(p_clauses, ARRAY[p_ci::text], (p_clauses -> p_ci) - 'labels' || jsonb_build_object(
-            'end', (p_clauses -> p_ci ->> 'start')::integer + v_open - 1,
-            'langs', coalesce(p_clauses -> p_ci -> 'langs', agentdb_private.claim_lang_codes())));
+    -- The clause states what comes before its aside (clause_aside_at), read
+    -- from its words on either path: a runtime's labels are the whole clause's.
+    v_aside := agentdb_private.clause_aside_at(p_text, p_clauses -> p_ci);
+    IF v_aside > (p_clauses -> p_ci ->> 'start')::integer THEN
+        v_clauses := jsonb_set(p_clauses, ARRAY[p_ci::text],
+                               (p_clauses -> p_ci) - 'labels' || jsonb_build_object('end', v_aside));
     END IF;
     v_class := agentdb_private.clause_class(p_text, v_clauses -> p_ci);
     IF v_class IS NOT NULL AND agentdb_private.books_capacity(p_books, v_class, NULL) > 0 THEN
