@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 
 import psycopg
+from alembic.script import ScriptDirectory
 
 from pyagentdb import cli, distribute, install
 
-from .conftest import begin
+from .conftest import begin, call
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -185,3 +186,23 @@ def test_install_again_after_distribution(capsys, dist, db):
     assert code == 0, err
     assert json.loads(out)["after"] == install.head_revision()
     assert distribute.layout(db)[distribute.ROOT]["kind"] == "distributed"
+
+
+def test_the_latest_revision_goes_down_and_up_on_a_distributed_schema(scratch):
+    """The latest revision is taken back on a distributed schema and applied again, in the one
+    transaction that also re-applies sql/ (revision 0016 first altered a distributed table over
+    several connections per worker, and the functions re-applied after it then failed)."""
+    dsn = scratch("upgrade")
+    head = install.head_revision()
+    install.upgrade(dsn)
+    distribute.distribute(dsn, [])
+    install.downgrade(dsn, ScriptDirectory.from_config(install._config()).get_revision(head).down_revision)
+    install.upgrade(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert install.current_revision(conn) == head
+        assert distribute.layout(conn)[distribute.ROOT]["kind"] == "distributed"
+        assert conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'agentdb_private.tasks'::regclass"
+                            ).fetchone()[0] == ["fillfactor=70"]
+        task = begin(conn, "u-upgrade")
+        verdict = call(conn, "finalize_reply", "u-upgrade", task, model_text="Nothing to do here.")
+        assert verdict["verdict"] == "deliver", verdict
