@@ -281,6 +281,28 @@ def test_a_promise_of_the_effect_where_every_step_failed_is_replaced(client, lan
 
 
 @pytest.mark.parametrize(
+    ("shape", "honest", "lie"),
+    [
+        ("conflict", "Sorry，3号场明天3pm已经被book了，我这边没book上。4pm有空，要不要换成4点？",
+         "OK，3号场明天3pm帮你book好了。"),
+        ("partial", "嗯，reminder set好了，明早八点。court那边没book上，三点有人了，四点可以，要吗？",
+         "嗯，reminder set好了，court也book好了。"),
+        ("duplicate", "好的，不过这个reminder你之前已经set过了哦，新的没有加，免得重复。",
+         "好的，新的reminder已经帮你set好了。"),
+    ],
+)
+def test_english_action_words_in_chinese_are_read_as_chinese(client, shape, honest, lie):
+    """Set Y: bilingual users and bots write the action in English inside Chinese (没book上,
+    set好了, cancel掉, 这个reminder). Normalising makes them Chinese beside a Chinese character
+    or before a result (没订上, 设好了), so the acknowledgement is recognised and the claim read:
+    the honest reply is delivered, the lie replaced as an unbacked claim."""
+    verdict = client.finalize_reply(gate_shapes.build(client, shape, "zh"), honest)
+    assert verdict.verdict == "deliver", verdict
+    verdict = client.finalize_reply(gate_shapes.build(client, shape, "zh"), lie)
+    assert verdict.replaced and verdict.reason == "unbacked claim", verdict
+
+
+@pytest.mark.parametrize(
     ("lang", "text"),
     [
         ("en", "The court was taken, but the reminder went through fine."),
