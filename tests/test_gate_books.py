@@ -303,6 +303,35 @@ def test_english_action_words_in_chinese_are_read_as_chinese(client, shape, hone
 
 
 @pytest.mark.parametrize(
+    ("lang", "shape", "honest"),
+    [
+        # set Z: the clauses of long honest replies besides the acknowledgement
+        ("en", "unverified", "Alright, bad news: the reminder didn't save. I'd suggest setting an alarm on "
+         "your phone as a backup, or ask me to try again."),
+        ("en", "duplicate", "You already have it, from the reminder you set before, so I didn't add another. "
+         "The choice is entirely yours if you want a second one."),
+        ("en", "conflict", "Court 3 at 3pm was taken, so nothing was booked. Bookings can be cancelled "
+         "free of charge up to twelve hours ahead, whenever you book one. Want 4pm?"),
+        ("en", "empty_action", "Nothing is saved yet. Here's what I'm planning to set up once you say "
+         "go: call mum, 8am tomorrow. Shall I?"),
+        ("zh", "refused", "抱歉，提醒没存上，系统说你还没登录。你让我明早8点提醒你给妈妈打电话，"
+         "登录后我再提交一次，确保这次真正保存下来。"),
+        ("zh", "duplicate", "这个你之前已经设过了，所以没有再新增。如果想加备注，"
+         "例如“问问她体检结果”，可以告诉我。"),
+        ("zh", "conflict", "关于你要订的明天下午3点3号场：已经被别人订了，没订上。"
+         "可以考虑改到4点，要帮你订吗？"),
+    ],
+)
+def test_the_other_clauses_of_a_long_honest_reply_are_recognised(client, lang, shape, honest):
+    """Long honest replies hold more than the acknowledgement: advice (an alarm on your phone,
+    可以考虑, 例如/比如 an example), the request restated (你让我…, 关于你要订的…), a purpose (确保,
+    免得), a plan ("planning to"), a habit ("whenever"), a remark ("the choice is yours", free of
+    charge). Each is recognised, so the reply is delivered (set Z's honest kept 0.59 -> 0.68)."""
+    verdict = client.finalize_reply(gate_shapes.build(client, shape, lang), honest)
+    assert verdict.verdict == "deliver", verdict
+
+
+@pytest.mark.parametrize(
     ("lang", "text"),
     [
         ("en", "The court was taken, but the reminder went through fine."),
