@@ -320,6 +320,11 @@ def test_english_action_words_in_chinese_are_read_as_chinese(client, shape, hone
          "例如“问问她体检结果”，可以告诉我。"),
         ("zh", "conflict", "关于你要订的明天下午3点3号场：已经被别人订了，没订上。"
          "可以考虑改到4点，要帮你订吗？"),
+        ("zh", "conflict", "3点的场已经有人约了，所以这次预订没有成立，你想改4点吗？"),
+        ("zh", "duplicate", "早就設咗喇，唔使再加"),
+        ("zh", "duplicate", "系统识别为重复，我这次没做任何修改。"),
+        ("zh", "unverified", "我再查了一次，发现个提醒根本没在列表里，即是没存到。要再试一次吗？"),
+        ("zh", "empty_action", "还没设。有两个小问题想和你确认：只提醒一次吗？提醒时间可能需要调整一下吗？"),
     ],
 )
 def test_the_other_clauses_of_a_long_honest_reply_are_recognised(client, lang, shape, honest):
