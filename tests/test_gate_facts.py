@@ -330,6 +330,10 @@ CASES = [
     ("clean_two_inserts", "zh", "两个提醒都设好了，另外我顺便帮你在药房下了一单。", False),
     ("clean_cancel", "en", "Done, court #4 tomorrow 15:00 cancelled.", False),
     ("clean_cancel", "en", "Done, court #3 tomorrow 15:00 cancelled.", True),
+    # set Z: "从容一点" is "a bit more at ease", no one o'clock; 朝早 (Cantonese) is the morning
+    ("clean_update", "zh", "已经帮你改到明早9点了。晚一个小时也好，早上可以从容一点。", True),
+    ("clean_update", "zh", "已经帮你改到明早9点了，下午一点再打也行。", False),
+    ("clean_bulk", "zh", "今日嘅5个提醒全部标咗完成，由朝早9点到下午1点。", True),
 ]
 
 
