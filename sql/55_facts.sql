@@ -836,6 +836,7 @@ DECLARE
     v_new_time boolean := false;
     v_norm text;
     v_aside integer;
+    v_families text [];
 BEGIN
     IF p_facts IS NOT NULL AND (jsonb_typeof(p_facts) IS DISTINCT FROM 'array' OR jsonb_array_length(p_facts) = 0) THEN
         RETURN NULL;
@@ -863,9 +864,11 @@ BEGIN
         -- tells of what was not written: its facts are not compared.
         v_aside := CASE WHEN p_only_claims THEN agentdb_private.clause_aside_at(v_norm, v_clause) END;
         IF v_aside IS NOT NULL THEN
+            -- (The task's failure families, read once a call: only here.)
+            v_families := coalesce(v_families, agentdb_private.failure_families(p_books));
             v_aside := CASE WHEN agentdb_private.clause_acks(v_norm, jsonb_strip_nulls(jsonb_build_object(
-                'start', v_aside, 'end', v_clause -> 'end', 'langs', v_clause -> 'langs')),
-                agentdb_private.failure_families(p_books)) THEN v_aside END;
+                'start', v_aside, 'end', v_clause -> 'end', 'langs', v_clause -> 'langs')), v_families)
+                       THEN v_aside END;
         END IF;
         -- The clause's facts: those of a runtime's reading, or read here; and
         -- the day and half of the day they name, when they name one of each

@@ -977,16 +977,17 @@ BEGIN
         v_norm := agentdb_private.normalised_reply(v_norm, p_model_text);
         v_read := agentdb_private.reply_unacceptable(v_norm, coalesce(p_read.clauses, '[]'), p_read.claims,
             CASE WHEN p_books.state = 'troubled' THEN 'troubled' ELSE 'empty_action' END, p_books);
-        v_reason := coalesce(v_read.reason, CASE WHEN p_books.state = 'empty'
-            THEN agentdb_private.reply_promises_arranged(v_norm, coalesce(p_read.clauses, '[]'))
-            ELSE coalesce(agentdb_private.reply_tells_recovery(v_norm, p_read.clauses, p_books),
-                          -- Every step failed, none for a row that exists already: a
-                          -- promise of the effect ("Sorry, it didn't save. You'll get your
-                          -- reminder at 8") tells what nothing arranged.
-                          CASE WHEN p_books.failed = p_books.steps AND NOT 'duplicate' = ANY (p_books.outcomes)
-                               THEN agentdb_private.reply_promises_arranged(v_norm, coalesce(p_read.clauses, '[]'))
-                          END)
-            END);
+        v_reason := coalesce(
+            v_read.reason,
+            CASE WHEN p_books.state = 'troubled'
+                 THEN agentdb_private.reply_tells_recovery(v_norm, p_read.clauses, p_books) END,
+            -- A promise of the effect ("you'll get your reminder at 8") where
+            -- nothing was done, or where every step failed and none for a row
+            -- that exists already ("Sorry, it didn't save. You'll get your
+            -- reminder at 8"): it tells what nothing arranged.
+            CASE WHEN p_books.state = 'empty'
+                      OR (p_books.failed = p_books.steps AND NOT 'duplicate' = ANY (p_books.outcomes))
+                 THEN agentdb_private.reply_promises_arranged(v_norm, coalesce(p_read.clauses, '[]')) END);
         v_claims := v_claims || v_read.implied;
     ELSIF p_books.state = 'empty' AND p_read.clauses IS NOT NULL THEN
         v_reason := agentdb_private.reply_tells_an_action(agentdb_private.normalised_reply(v_norm, p_model_text),
