@@ -107,7 +107,8 @@ $$;
 
 -- The sets of labels the gate asks a clause about (agentdb_private.clause_has),
 -- each with its label names, sorted: ack, ack_all, unack and action alone; nonstating
--- (a question, an offer or a condition: a clause that states no fact); also
+-- (a question, an offer, a condition, or that nothing was done or changed:
+-- "unaffected", 照旧; a clause that states no fact of what was written); also
 -- (a clause that names another thing: "other", "too", 其他, 也); and
 -- per state of accept (troubled, empty_action) its needs (and its needs but
 -- ack, for a clause whose ack is negated: unack), and the rest of what
@@ -121,7 +122,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT v.name, v.labels
       FROM (VALUES ('ack', ARRAY['ack']), ('ack_all', ARRAY['ack_all']), ('action', ARRAY['action']),
-                   ('also', ARRAY['also']), ('nonstating', ARRAY['condition', 'offer', 'question']),
+                   ('also', ARRAY['also']), ('nonstating', ARRAY['condition', 'nothing_done', 'offer', 'question']),
                    ('pending', ARRAY['condition', 'draft', 'nothing_done', 'offer']),
                    ('unack', ARRAY['unack'])) AS v (name, labels)
     UNION ALL

@@ -799,6 +799,31 @@ BEGIN
 END
 $$;
 
+-- Does clause p_ci open its sentence with a condition (or an offer or a
+-- question: the set nonstating) and end at a comma ("If she's not an early
+-- riser, …", "如果你想提前一点，…")? The clause after it is then the main
+-- clause of "If X, Y". (The sentence test is
+-- sentence_ends_before's regex, written alike: one entry of the session's
+-- regex cache.)
+CREATE OR REPLACE FUNCTION agentdb_private.clause_opens_if(p_text text, p_clauses jsonb, p_ci integer)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by facts_mismatch only, under finalize_reply's pinned search_path.
+AS $$
+BEGIN
+    IF p_ci + 1 >= jsonb_array_length(p_clauses)
+        OR btrim(substr(p_text, (p_clauses -> p_ci ->> 'end')::integer + 1,
+                        (p_clauses -> (p_ci + 1) ->> 'start')::integer - (p_clauses -> p_ci ->> 'end')::integer))
+           NOT IN (',', '，')
+        OR p_ci > 0 AND substr(p_text, (p_clauses -> (p_ci - 1) ->> 'end')::integer + 1,
+                               (p_clauses -> p_ci ->> 'start')::integer
+                               - (p_clauses -> (p_ci - 1) ->> 'end')::integer) !~ '[.!?。！？\n]' THEN
+        RETURN false;
+    END IF;
+    RETURN agentdb_private.clause_has(p_text, p_clauses -> p_ci, 'nonstating');
+END
+$$;
+
 -- (p_model_text, the reply as sent, was added: normalised only when p_text,
 -- the normalised one, is NULL and a fact needs its words.)
 DROP FUNCTION IF EXISTS agentdb_private.facts_mismatch(agentdb_private.tasks, record, text, jsonb, jsonb, jsonb, boolean);
@@ -837,6 +862,8 @@ DECLARE
     v_norm text;
     v_aside integer;
     v_families text [];
+    v_prev_claimed boolean := false;
+    v_after_claim boolean;
 BEGIN
     IF p_facts IS NOT NULL AND (jsonb_typeof(p_facts) IS DISTINCT FROM 'array' OR jsonb_array_length(p_facts) = 0) THEN
         RETURN NULL;
@@ -858,6 +885,8 @@ BEGIN
                 EXIT;
             END IF;
         END LOOP;
+        v_after_claim := v_prev_claimed;
+        v_prev_claimed := v_claimed;
         CONTINUE WHEN p_only_claims AND NOT v_claimed;
         CONTINUE WHEN NOT v_claimed AND agentdb_private.clause_has(p_text, v_clause, 'nonstating');
         -- In a troubled task, a parenthesis acknowledging the failure ("提醒已设好(场地3点被订了)")
@@ -905,6 +934,15 @@ BEGIN
             END IF;
         END LOOP;
         CONTINUE WHEN jsonb_array_length(v_facts) = 0;
+        -- The main clause of "If X, Y" is governed by the condition that opens
+        -- its sentence: where neither claims anything and it names no thing of
+        -- a class, its facts are advice ("If she's not an early riser, a quick
+        -- text at 7:55 can warn her"). One that names the thing states them
+        -- ("If you need anything, your reminder is at 9am").
+        CONTINUE WHEN NOT v_claimed AND NOT v_after_claim AND NOT p_only_claims AND v_index > 0
+            AND agentdb_private.clause_opens_if(agentdb_private.normalised_reply(p_text, p_model_text),
+                                                p_clauses, v_index - 1)
+            AND NOT agentdb_private.clause_has(p_text, v_clause, 'topic');
         -- What the verified steps wrote, read once, when the first fact needs
         -- it; and the counts a reply may name: the number of verified steps,
         -- their affected rows, and each one's.

@@ -334,6 +334,18 @@ CASES = [
     ("clean_update", "zh", "已经帮你改到明早9点了。晚一个小时也好，早上可以从容一点。", True),
     ("clean_update", "zh", "已经帮你改到明早9点了，下午一点再打也行。", False),
     ("clean_bulk", "zh", "今日嘅5个提醒全部标咗完成，由朝早9点到下午1点。", True),
+    # set AA: a time in the main clause of "If X, Y" that names no thing is advice; one that
+    # names the thing states it; a thing "unaffected" or 照旧 is another one, whose facts are its
+    # own; "saved" after an update is the update's
+    ("clean_insert", "en", "Reminder set for 8am tomorrow. If she sleeps in, a text at 7:55 gives her a "
+     "heads-up.", True),
+    ("clean_insert", "en", "Reminder set for tomorrow. If you need anything, your reminder is at 9am.",
+     False),
+    ("clean_cancel", "zh", "3号场明天下午3点的预约已取消。你明早8点的提醒不受影响。", True),
+    ("clean_two_inserts", "zh", "两条都设好了：明早8点打电话，明晚9点吃药。周六上午10点的场地照旧。", True),
+    ("clean_two_inserts", "zh", "两条都设好了：明早8点打电话，明晚10点吃药。", False),
+    ("clean_update", "en", "Moved to 9am tomorrow, and it's saved.", True),
+    ("clean_update", "en", "Moved to 9am tomorrow, and it's saved for 10am.", False),
 ]
 
 
@@ -447,6 +459,26 @@ RECOGNISED = [
      "tomorrow.", False),
     ("refused", "zh", "401 已处理：换 token 重试，POST /reminders → 201，明天 08:00。", False),
     ("refused", "en", "POST /reminders → 401 Unauthorized. Nothing saved; please log in.", True),
+    # set AA: a field whose value is nothing says nothing was done; an offer of "I can have it
+    # set"; "you asked me" restates the request; "no additional…", "I'd love to say…"; "found no"
+    # acknowledges what the check found; 准备帮你, 您希望, 本可以
+    ("refused", "en", "**Status:** refused, you're not logged in\n**Created:** none\n\nLog in and I'll "
+     "retry.", True),
+    ("refused", "en", "**Status:** refused, you're not logged in\n**Created:** reminder for 8am", False),
+    ("conflict", "en", "Court 3 at 3pm is taken by someone else.\n- Reserved: nothing yet\n- Free: 4pm",
+     True),
+    ("empty_action", "en", "I can have that ready for 8am tomorrow. Say yes and I'll add it.", True),
+    ("empty_action", "en", "Here's the plan: call mum, 8am tomorrow. Please confirm, or tell me what to "
+     "change.", True),
+    ("duplicate", "en", "You asked me to add this one last week, so it's rejected as a duplicate; no "
+     "additional reminder was made.", True),
+    ("unverified", "en", "The request went out, but a check afterwards found no such reminder. Want me to "
+     "retry?", True),
+    ("conflict", "en", "I'd love to say it's booked, but 3pm is taken. 4pm is free, want it?", True),
+    ("empty_action", "zh", "好的，准备帮你设置明早8点的提醒，回复“好”我就保存。", True),
+    ("empty_action", "zh", "您希望明天早上8点提醒您给妈妈打电话，对吗？", True),
+    ("empty_action", "zh", "我本可以直接设好，不过想先问下：是北京时间8点吗？", True),
+    ("empty_action", "zh", "好的，已经帮你设好了明天8点的提醒。", False),
 ]
 
 
