@@ -346,6 +346,11 @@ CASES = [
     ("clean_two_inserts", "zh", "两条都设好了：明早8点打电话，明晚10点吃药。", False),
     ("clean_update", "en", "Moved to 9am tomorrow, and it's saved.", True),
     ("clean_update", "en", "Moved to 9am tomorrow, and it's saved for 10am.", False),
+    # a first claim of everything stands for every step: one more action after it is one too many
+    ("clean_two_inserts", "en", "All done for tomorrow: mum at 8am, pills at 9pm. I've also copied both to "
+     "your Outlook.", False),
+    ("clean_two_inserts", "zh", "都搞定啦，另外顺手帮你加了个周五交水费的提醒。", False),
+    ("clean_two_inserts", "en", "All done for tomorrow: mum at 8am, pills at 9pm. Sleep well!", True),
 ]
 
 
