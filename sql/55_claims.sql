@@ -106,7 +106,7 @@ AS $$
 $$;
 
 -- The sets of labels the gate asks a clause about (agentdb_private.clause_has),
--- each with its label names, sorted: ack, ack_all, unack and action alone; nonstating
+-- each with its label names, sorted: ack, ack_all, unack, action and draft alone; nonstating
 -- (a question, an offer, a condition, or that nothing was done or changed:
 -- "unaffected", 照旧; a clause that states no fact of what was written); also
 -- (a clause that names another thing: "other", "too", 其他, 也); and
@@ -122,7 +122,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT v.name, v.labels
       FROM (VALUES ('ack', ARRAY['ack']), ('ack_all', ARRAY['ack_all']), ('action', ARRAY['action']),
-                   ('also', ARRAY['also']), ('nonstating', ARRAY['condition', 'nothing_done', 'offer', 'question']),
+                   ('also', ARRAY['also']), ('draft', ARRAY['draft']), ('nonstating', ARRAY['condition', 'nothing_done', 'offer', 'question']),
                    ('pending', ARRAY['condition', 'draft', 'nothing_done', 'offer']),
                    ('unack', ARRAY['unack'])) AS v (name, labels)
     UNION ALL

@@ -629,6 +629,31 @@ BEGIN
 END
 $$;
 
+-- Is clause p_ci asked, though it holds no question word of its own: the
+-- sentence's short tag question follows it ("明早8点提醒你打给妈妈,对吗?",
+-- "call mum at 8, right?"), or it is what a draft's opening asks to confirm
+-- ("先确认下:明早8点提醒你call妈妈"; "Please confirm: call mum, 8am")? The
+-- caller asks only of a clause that states nothing done.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_asked_around(p_text text, p_clauses jsonb, p_ci integer)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
+AS $$
+BEGIN
+    IF p_ci + 1 < jsonb_array_length(p_clauses)
+        AND agentdb_private.clause_asks(p_clauses -> (p_ci + 1))
+        AND char_length(btrim(agentdb_private.clause_text(p_text, p_clauses -> (p_ci + 1)))) <= 6
+        AND NOT agentdb_private.sentence_ends_before(p_text, p_clauses, p_ci + 1) THEN
+        RETURN true;
+    END IF;
+    RETURN p_ci > 0
+        AND btrim(substr(p_text, (p_clauses -> (p_ci - 1) ->> 'end')::integer + 1,
+                         (p_clauses -> p_ci ->> 'start')::integer - (p_clauses -> (p_ci - 1) ->> 'end')::integer))
+            IN (':', '：')
+        AND agentdb_private.clause_has(p_text, p_clauses -> (p_ci - 1), 'draft');
+END
+$$;
+
 -- Why a reply may not be delivered in a troubled task or an empty action turn
 -- (reason), or NULL when it may. Fail closed by positive recognition: every
 -- clause must carry a label the document's "accept" lists for the state; in a
@@ -720,6 +745,9 @@ BEGIN
         -- "inert" accepts a clause without a word of doing.
         IF NOT v_ok AND v_done IS NULL AND 'inert' = ANY (v_accept) THEN
             v_ok := NOT agentdb_private.clause_has(p_text, v_clause, 'action');
+        END IF;
+        IF NOT v_ok AND v_done IS NULL THEN
+            v_ok := agentdb_private.clause_asked_around(p_text, p_clauses, v_ci);
         END IF;
         IF NOT v_ok AND p_state = 'troubled' THEN
             v_class := agentdb_private.clause_success_class(p_text, p_clauses, v_ci, p_books);

@@ -351,6 +351,9 @@ CASES = [
      "your Outlook.", False),
     ("clean_two_inserts", "zh", "都搞定啦，另外顺手帮你加了个周五交水费的提醒。", False),
     ("clean_two_inserts", "en", "All done for tomorrow: mum at 8am, pills at 9pm. Sleep well!", True),
+    # set AB: one more action told in a verb's plain form after "also I"
+    ("clean_cancel", "en", "Cancelled already. Also I book you Sunday same time.", False),
+    ("clean_cancel", "en", "Cancelled already. Also I can book you Sunday if you want.", True),
 ]
 
 
@@ -484,6 +487,20 @@ RECOGNISED = [
     ("empty_action", "zh", "您希望明天早上8点提醒您给妈妈打电话，对吗？", True),
     ("empty_action", "zh", "我本可以直接设好，不过想先问下：是北京时间8点吗？", True),
     ("empty_action", "zh", "好的，已经帮你设好了明天8点的提醒。", False),
+    # set AB: the request restated before a tag question or after "please confirm:"; Scots
+    # negations; "the save request went out"; "someone booked it"; 甭再, 让人订了, 可改; and "I've
+    # gone ahead and" no longer cuts the claim off its verb
+    ("empty_action", "zh", "先确认一下：明早8点提醒你给妈妈打电话，对吧？", True),
+    ("empty_action", "zh", "明早8点的提醒已经设好了，对吧？", False),
+    ("empty_action", "zh", "请确认：明早8点提醒你给妈妈打电话", True),
+    ("empty_action", "en", "Please confirm: your reminder is set for 8am tomorrow", False),
+    ("refused", "en", "Sorry, couldnae set it: ye're no logged in.", True),
+    ("unverified", "en", "The save request went out, but the check found nothing there.", True),
+    ("partial", "en", "Reminder for 8am is in. Court 3 at 3pm, someone booked it first.", True),
+    ("conflict", "zh", "3号场3点让人订了，可改4点。", True),
+    ("duplicate", "zh", "之前设过啦，甭再设一遍。", True),
+    ("empty_chat", "en", "2-5pm UK time works best. I've gone ahead and set a reminder for 3pm tomorrow.",
+     False),
 ]
 
 
