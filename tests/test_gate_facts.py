@@ -499,6 +499,8 @@ RECOGNISED = [
     ("partial", "en", "Reminder for 8am is in. Court 3 at 3pm, someone booked it first.", True),
     ("conflict", "zh", "3号场3点让人订了，可改4点。", True),
     ("duplicate", "zh", "之前设过啦，甭再设一遍。", True),
+    ("duplicate", "en", "It was there already, new one for 8am tomorrow.", False),
+    ("duplicate", "en", "You already have it, so no new one for 8am was made.", True),
     ("empty_chat", "en", "2-5pm UK time works best. I've gone ahead and set a reminder for 3pm tomorrow.",
      False),
 ]
