@@ -451,8 +451,11 @@ def _normaliser():
     posix = regex.POSIX | regex.VERSION0
     # Each with its pattern for re too: where re finds no match there is none to replace (the
     # two engines read the shared subset alike), and re says so in a fraction of the time.
+    # A rewrite whose regex holds a Chinese character is for Chinese text: applied only to a
+    # text holding one (agentdb_private.normalise_classes' zh_rules).
     rewrites = [
-        (regex.compile(r[0], flags=posix), r[1], r[2] if len(r) > 2 else None, re.compile(r[0]))
+        (regex.compile(r[0], flags=posix), r[1], r[2] if len(r) > 2 else None, re.compile(r[0]),
+         bool(_CJK.search(r[0])))
         for r in spec["rewrite"]
     ]
     return drop, hant, rewrites
@@ -474,8 +477,11 @@ def normalise(text: str | None) -> str | None:
     out = unicodedata.normalize("NFKC", text).translate(drop)
     if _CJK.search(out):
         out = out.translate(hant)
-    for rx, repl, when, test in rewrites:
+    zh = bool(_CJK.search(out))
+    for rx, repl, when, test, for_zh in rewrites:
         # A rewrite with a "when" list is applied only to a text holding one of its strings.
+        if for_zh and not zh:
+            continue
         if (when is None or any(w in out for w in when)) and test.search(out):
             out = rx.sub(repl, out)
     return out

@@ -497,7 +497,14 @@ AS $$
     SELECT jsonb_strip_nulls(jsonb_build_object(
         'translated', '[' || nullif(regexp_replace(coalesce(p_spec ->> 'strip', '') || coalesce(p_spec ->> 'spaces', '')
                                                    || coalesce(p_spec ->> 'hant', ''),
-                                                   '([][\\^-])', '\\\1', 'g'), '') || ']'))
+                                                   '([][\\^-])', '\\\1', 'g'), '') || ']',
+        -- One flag per rewrite, 1 where its regex holds a Chinese character:
+        -- such a rewrite is for Chinese text and is applied only to a text
+        -- holding one (pyagentdb.claims.normalise alike).
+        'zh_rules', (SELECT string_agg(CASE WHEN w.value ->> 0 ~ '[一-鿿]' THEN '1' ELSE '0' END, '' ORDER BY w.ordinality)
+                       FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_spec -> 'rewrite') = 'array'
+                                                      THEN p_spec -> 'rewrite' ELSE '[]' END)
+                            WITH ORDINALITY AS w (value, ordinality))))
 $$;
 
 -- 6: the compiled document as constant functions the gate reads on every
@@ -637,6 +644,7 @@ DECLARE
     v_i integer;
     v_j integer;
     v_hit boolean;
+    v_zh boolean;
 BEGIN
     IF v_text IS NULL OR v_text = '' OR v_spec IS NULL THEN
         RETURN v_text;
@@ -660,7 +668,13 @@ BEGIN
     -- replies need one or two of the rewrites.
     -- (Loops over indexes, not queries: each query of a function is an executor
     -- run, and this one runs on every reply.)
+    -- A rewrite for Chinese text (its regex holds a Chinese character: the
+    -- flags zh_rules of normalise_classes) only where the text holds one:
+    -- "book", "set" and "reminder" are its guards, and English replies hold
+    -- them too.
+    v_zh := v_text ~ '[一-鿿]';
     FOR v_i IN 0 .. coalesce(jsonb_array_length(v_spec -> 'rewrite'), 0) - 1 LOOP
+        CONTINUE WHEN NOT v_zh AND substr(v_spec ->> 'zh_rules', v_i + 1, 1) = '1';
         v_rule := v_spec -> 'rewrite' -> v_i;
         v_hit := jsonb_array_length(v_rule) < 3;
         FOR v_j IN 0 .. coalesce(jsonb_array_length(v_rule -> 2), 0) - 1 LOOP

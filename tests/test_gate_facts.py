@@ -111,6 +111,21 @@ def test_normalise():
     assert normalise("# Title\n- item one\n2. item two") == "Title\nitem one\nitem two"
 
 
+def test_rewrites_for_chinese_text_run_only_on_chinese_text(db):
+    # A rewrite whose regex holds a Chinese character ("set好" 设好, "这个reminder") is flagged at
+    # load and skipped for a text without one: its guards ("set", "book", "reminder") are in most
+    # English replies, and running its regexes there pushed the claim patterns out of the
+    # session's cache of 32 compiled regexes (finalize_reply's database way: 8.4 M -> 45 M
+    # instructions a call).
+    from pyagentdb.claims import _normaliser
+
+    flags = "".join("1" if for_zh else "0" for *_rest, for_zh in _normaliser()[2])
+    assert "1" in flags and "0" in flags
+    assert scalar(db, "SELECT agentdb_private.claim_doc_compiled() -> 'normalise' ->> 'zh_rules'") == flags
+    for text in ("Reminder set好 for 8am", "这个reminder set好了", "Book it for 8am, set!"):
+        assert scalar(db, "SELECT agentdb.read_reply(%s) ->> 'text'", (text,)) == normalise(text)
+
+
 def test_a_tail_beyond_what_is_read_is_cut(client):
     task = gate_shapes.build(client, "clean_insert", "en")
     text = "I've set a reminder to call mum tomorrow at 8am." + " " * 100_000 + "I also emailed your boss."
