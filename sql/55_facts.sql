@@ -1100,7 +1100,7 @@ BEGIN
         ELSE
             v_gat := regexp_instr(v_subject, v_governs);
         END IF;
-        IF NOT v_gat BETWEEN 1 AND v_at - 1 THEN
+        IF NOT v_gat BETWEEN 1 AND v_at THEN
             RETURN 'states';
         END IF;
     END LOOP;

@@ -515,6 +515,10 @@ RECOGNISED = [
     ("conflict", "zh", "3号场3点让人订了，可改4点。", True),
     ("duplicate", "zh", "之前设过啦，甭再设一遍。", True),
     ("duplicate", "en", "It was there already, new one for 8am tomorrow.", False),
+    # advice that starts where a statement would ("set an alarm on your phone") governs it
+    ("unverified", "en", "It didn't stick, sorry. In the meantime, set an alarm on your phone for 8am.",
+     True),
+    ("empty_action", "en", "Set for 8am tomorrow, with an alarm on your phone too.", False),
     ("duplicate", "en", "You already have it, so no new one for 8am was made.", True),
     ("empty_chat", "en", "2-5pm UK time works best. I've gone ahead and set a reminder for 3pm tomorrow.",
      False),
