@@ -519,6 +519,13 @@ RECOGNISED = [
     ("unverified", "en", "It didn't stick, sorry. In the meantime, set an alarm on your phone for 8am.",
      True),
     ("empty_action", "en", "Set for 8am tomorrow, with an alarm on your phone too.", False),
+    # set AC (long replies): general remarks, the request made, an earlier conversation's reminder
+    ("refused", "en", "Couldn't save it, you're logged out. Many people set a second alert ten minutes "
+     "earlier, by the way.", True),
+    ("refused", "en", "Many people forget, but it's all set for 8am now.", False),
+    ("duplicate", "zh", "这条提醒是之前的对话里设过的，列表里不会新增。", True),
+    ("unverified", "en", "I asked the system to create it, but the check found nothing. Perhaps try again "
+     "in a minute?", True),
     ("duplicate", "en", "You already have it, so no new one for 8am was made.", True),
     ("empty_chat", "en", "2-5pm UK time works best. I've gone ahead and set a reminder for 3pm tomorrow.",
      False),
