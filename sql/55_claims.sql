@@ -122,7 +122,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT v.name, v.labels
       FROM (VALUES ('ack', ARRAY['ack']), ('ack_all', ARRAY['ack_all']), ('action', ARRAY['action']),
-                   ('also', ARRAY['also']), ('draft', ARRAY['draft']), ('nonstating', ARRAY['condition', 'nothing_done', 'offer', 'question']),
+                   ('also', ARRAY['also']), ('draft', ARRAY['draft']),
+                   ('nonstating', ARRAY['condition', 'nothing_done', 'offer', 'question']),
                    ('pending', ARRAY['condition', 'draft', 'nothing_done', 'offer']),
                    ('unack', ARRAY['unack'])) AS v (name, labels)
     UNION ALL
@@ -970,6 +971,26 @@ AS $$
     SELECT left(substr(p_text, (p_clause ->> 'start')::integer + 1,
                        (p_clause ->> 'end')::integer - (p_clause ->> 'start')::integer),
                 coalesce(((agentdb_private.claim_langs_compiled())[1]).max_clause, 2147483647))
+$$;
+
+-- The text between clause p_ci - 1 and clause p_ci: their separator.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_gap(p_text text, p_clauses jsonb, p_ci integer)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+-- No SET clause: inlined; it names only pg_catalog functions.
+AS $$
+    SELECT substr(p_text, (p_clauses -> (p_ci - 1) ->> 'end')::integer + 1,
+                  (p_clauses -> p_ci ->> 'start')::integer - (p_clauses -> (p_ci - 1) ->> 'end')::integer)
+$$;
+
+-- Does a sentence end between clause p_ci - 1 and clause p_ci (a . ! ? 。！？
+-- or a line break between them)?
+CREATE OR REPLACE FUNCTION agentdb_private.sentence_ends_before(p_text text, p_clauses jsonb, p_ci integer)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+-- No SET clause: inlined, with clause_gap.
+AS $$
+    SELECT agentdb_private.clause_gap(p_text, p_clauses, p_ci) ~ '[.!?。！？\n]'
 $$;
 
 -- Where a clause's parenthesis opens, as an offset in the text, or NULL: what

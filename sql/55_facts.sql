@@ -802,9 +802,7 @@ $$;
 -- Does clause p_ci open its sentence with a condition (or an offer or a
 -- question: the set nonstating) and end at a comma ("If she's not an early
 -- riser, …", "如果你想提前一点，…")? The clause after it is then the main
--- clause of "If X, Y". (The sentence test is
--- sentence_ends_before's regex, written alike: one entry of the session's
--- regex cache.)
+-- clause of "If X, Y".
 CREATE OR REPLACE FUNCTION agentdb_private.clause_opens_if(p_text text, p_clauses jsonb, p_ci integer)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
@@ -812,12 +810,8 @@ LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     IF p_ci + 1 >= jsonb_array_length(p_clauses)
-        OR btrim(substr(p_text, (p_clauses -> p_ci ->> 'end')::integer + 1,
-                        (p_clauses -> (p_ci + 1) ->> 'start')::integer - (p_clauses -> p_ci ->> 'end')::integer))
-           NOT IN (',', '，')
-        OR p_ci > 0 AND substr(p_text, (p_clauses -> (p_ci - 1) ->> 'end')::integer + 1,
-                               (p_clauses -> p_ci ->> 'start')::integer
-                               - (p_clauses -> (p_ci - 1) ->> 'end')::integer) !~ '[.!?。！？\n]' THEN
+        OR btrim(agentdb_private.clause_gap(p_text, p_clauses, p_ci + 1)) NOT IN (',', '，')
+        OR p_ci > 0 AND NOT agentdb_private.sentence_ends_before(p_text, p_clauses, p_ci) THEN
         RETURN false;
     END IF;
     RETURN agentdb_private.clause_has(p_text, p_clauses -> p_ci, 'nonstating');

@@ -518,18 +518,6 @@ BEGIN
 END
 $$;
 
--- Does a sentence end between clause p_ci - 1 and clause p_ci (a . ! ? 。！？
--- or a line break between them)?
-CREATE OR REPLACE FUNCTION agentdb_private.sentence_ends_before(p_text text, p_clauses jsonb, p_ci integer)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE
--- No SET clause: inlined; it names only pg_catalog functions.
-AS $$
-    SELECT substr(p_text, (p_clauses -> (p_ci - 1) ->> 'end')::integer + 1,
-                  (p_clauses -> p_ci ->> 'start')::integer - (p_clauses -> (p_ci - 1) ->> 'end')::integer)
-           ~ '[.!?。！？\n]'
-$$;
-
 -- Is a failure told after clause p_ci, in its sentence (no . ! ? 。！？ or line
 -- break between)? "It went through, but the check found nothing" tells the
 -- failure last: the success is what seemed to happen, not a recovery.
@@ -646,10 +634,7 @@ BEGIN
         AND NOT agentdb_private.sentence_ends_before(p_text, p_clauses, p_ci + 1) THEN
         RETURN true;
     END IF;
-    RETURN p_ci > 0
-        AND btrim(substr(p_text, (p_clauses -> (p_ci - 1) ->> 'end')::integer + 1,
-                         (p_clauses -> p_ci ->> 'start')::integer - (p_clauses -> (p_ci - 1) ->> 'end')::integer))
-            IN (':', '：')
+    RETURN p_ci > 0 AND btrim(agentdb_private.clause_gap(p_text, p_clauses, p_ci)) IN (':', '：')
         AND agentdb_private.clause_has(p_text, p_clauses -> (p_ci - 1), 'draft');
 END
 $$;
