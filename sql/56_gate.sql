@@ -336,6 +336,24 @@ AS $$
                 THEN agentdb_private.clause_words(p_low, p_clause, 'extra', 1) END
 $$;
 
+-- Is the claim that starts at p_start one of everything ("All set", "All
+-- done", 都搞定了: of kind done)? It then stands for every verified step.
+CREATE OR REPLACE FUNCTION agentdb_private.claims_open_with_all(p_claims jsonb, p_start integer)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE
+-- No SET clause: called by claims_beyond_steps only, under finalize_reply's pinned search_path.
+-- (A loop, not a query: each query is an executor run of its own.)
+AS $$
+BEGIN
+    FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
+        IF (p_claims -> v_ki ->> 'start')::integer = p_start AND p_claims -> v_ki ->> 'kind' = 'done' THEN
+            RETURN true;
+        END IF;
+    END LOOP;
+    RETURN false;
+END
+$$;
+
 -- Why the reply claims more actions than steps were verified, or NULL. A
 -- claim in a clause that says "also" ("…, and I've put it in your calendar
 -- too", "并帮您重新下单了", "也顺手归档了"), after a claim in an earlier clause,
@@ -345,6 +363,9 @@ $$;
 -- is that many actions ("Both reminders are set, and I've shared one with your
 -- carer": three; p_facts, the reply's facts).
 DROP FUNCTION IF EXISTS agentdb_private.claims_beyond_steps(record, text, text, jsonb, jsonb);
+-- (Some 80 lines long: its phases share the first claim's clause, the count of
+-- extra actions and the text, read once; as functions each would take and
+-- return all three.)
 CREATE OR REPLACE FUNCTION agentdb_private.claims_beyond_steps(
     p_books record, p_norm text, p_model_text text, p_clauses jsonb, p_claims jsonb, p_facts jsonb
 )
@@ -435,11 +456,7 @@ BEGIN
         END LOOP;
     END IF;
     -- A first claim of everything ("All set", 都搞定了) stands for every verified step.
-    FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
-        IF (p_claims -> v_ki ->> 'start')::integer = v_start AND p_claims -> v_ki ->> 'kind' = 'done' THEN
-            v_base := greatest(v_base, v_steps);
-        END IF;
-    END LOOP;
+    v_base := greatest(v_base, CASE WHEN agentdb_private.claims_open_with_all(p_claims, v_start) THEN v_steps END);
     IF v_steps >= v_base + v_extra - 1 + jsonb_array_length(p_clauses) - v_first THEN
         RETURN NULL;
     END IF;
@@ -656,6 +673,8 @@ $$;
 -- only what the answer needs.
 DROP FUNCTION IF EXISTS agentdb_private.reply_unacceptable(jsonb, jsonb, text, integer);
 DROP FUNCTION IF EXISTS agentdb_private.reply_unacceptable(text, jsonb, jsonb, text, integer);
+-- (Some 80 lines long: one loop asks each clause the recognisers in turn, each
+-- only where the ones before left it open.)
 CREATE OR REPLACE FUNCTION agentdb_private.reply_unacceptable(
     p_text text, p_clauses jsonb, p_claims jsonb, p_state text, p_books record,
     OUT reason text, OUT implied jsonb
@@ -727,12 +746,10 @@ BEGIN
         IF NOT v_ok AND v_done IS NULL THEN
             v_ok := agentdb_private.clause_is_heading(p_text, v_clause, p_claims);
         END IF;
-        -- "inert" accepts a clause without a word of doing.
-        IF NOT v_ok AND v_done IS NULL AND 'inert' = ANY (v_accept) THEN
-            v_ok := NOT agentdb_private.clause_has(p_text, v_clause, 'action');
-        END IF;
+        -- "inert" accepts a clause without a word of doing; one asked around is a question.
         IF NOT v_ok AND v_done IS NULL THEN
-            v_ok := agentdb_private.clause_asked_around(p_text, p_clauses, v_ci);
+            v_ok := ('inert' = ANY (v_accept) AND NOT agentdb_private.clause_has(p_text, v_clause, 'action'))
+                OR agentdb_private.clause_asked_around(p_text, p_clauses, v_ci);
         END IF;
         IF NOT v_ok AND p_state = 'troubled' THEN
             v_class := agentdb_private.clause_success_class(p_text, p_clauses, v_ci, p_books);
