@@ -475,9 +475,10 @@ def normalise(text: str | None) -> str | None:
         return text
     drop, hant, rewrites = found
     out = unicodedata.normalize("NFKC", text).translate(drop)
-    if _CJK.search(out):
-        out = out.translate(hant)
+    # Whether the text holds Chinese, asked once: no translation adds or takes away a Chinese character.
     zh = bool(_CJK.search(out))
+    if zh:
+        out = out.translate(hant)
     for rx, repl, when, test, for_zh in rewrites:
         # A rewrite with a "when" list is applied only to a text holding one of its strings.
         if for_zh and not zh:

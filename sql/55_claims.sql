@@ -657,10 +657,13 @@ BEGIN
     -- (the bracket expression of normalise_classes, published with the
     -- document; without it, always): translate() compares every character of
     -- the text with every one of its list, and most replies hold none.
+    -- Whether the text holds Chinese, asked once: no translation below adds or
+    -- takes away a Chinese character.
+    v_zh := v_text ~ '[一-鿿]';
     IF v_spec ->> 'translated' IS NULL OR v_text ~ (v_spec ->> 'translated') THEN
         v_text := translate(v_text, v_spec ->> 'strip', '');
         v_text := translate(v_text, v_spec ->> 'spaces', repeat(' ', char_length(v_spec ->> 'spaces')));
-        IF v_text ~ '[一-鿿]' THEN
+        IF v_zh THEN
             v_text := translate(v_text, v_spec ->> 'hant', v_spec ->> 'hans');
         END IF;
     END IF;
@@ -673,7 +676,6 @@ BEGIN
     -- flags zh_rules of normalise_classes) only where the text holds one:
     -- "book", "set" and "reminder" are its guards, and English replies hold
     -- them too.
-    v_zh := v_text ~ '[一-鿿]';
     FOR v_i IN 0 .. coalesce(jsonb_array_length(v_spec -> 'rewrite'), 0) - 1 LOOP
         CONTINUE WHEN NOT v_zh AND substr(v_spec ->> 'zh_rules', v_i + 1, 1) = '1';
         v_rule := v_spec -> 'rewrite' -> v_i;

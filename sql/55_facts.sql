@@ -933,10 +933,12 @@ BEGIN
         -- a class, its facts are advice ("If she's not an early riser, a quick
         -- text at 7:55 can warn her"). One that names the thing states them
         -- ("If you need anything, your reminder is at 9am").
-        CONTINUE WHEN NOT v_claimed AND NOT v_after_claim AND NOT p_only_claims AND v_index > 0
-            AND agentdb_private.clause_opens_if(agentdb_private.normalised_reply(p_text, p_model_text),
-                                                p_clauses, v_index - 1)
-            AND NOT agentdb_private.clause_has(p_text, v_clause, 'topic');
+        -- (The text normalised once a call, only where this is asked.)
+        IF NOT v_claimed AND NOT v_after_claim AND NOT p_only_claims AND v_index > 0 THEN
+            v_norm := coalesce(v_norm, agentdb_private.normalised_reply(p_text, p_model_text));
+            CONTINUE WHEN agentdb_private.clause_opens_if(v_norm, p_clauses, v_index - 1)
+                AND NOT agentdb_private.clause_has(p_text, v_clause, 'topic');
+        END IF;
         -- What the verified steps wrote, read once, when the first fact needs
         -- it; and the counts a reply may name: the number of verified steps,
         -- their affected rows, and each one's.
