@@ -818,6 +818,58 @@ BEGIN
 END
 $$;
 
+-- Is clause p_ci part of a sentence of advice, which tells what the user may
+-- do, not what was done? None of the sentence's clauses holds a claim (of
+-- p_claims), the clause states nothing done (stated), and one of the
+-- sentence's clauses up to it carries a general remark ("Many people like to
+-- review tomorrow's reminders around 5pm", 一般九点到十一点的场地比较空) or,
+-- where the clause names no thing of a class (topic), a condition or an offer
+-- ("If your mum lives abroad, …, it'll be 9am there"; "A couple of extras, in
+-- case you want them: an early heads-up at 7:50": a colon ends no sentence).
+-- "If you need anything, your reminder is at 9am" states a fact; so does "If it
+-- helps, I've set it for 9am".
+CREATE OR REPLACE FUNCTION agentdb_private.clause_in_advice(
+    p_text text, p_clauses jsonb, p_claims jsonb, p_ci integer
+)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by facts_mismatch and claims_beyond_steps, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_first integer := p_ci;
+    v_last integer := p_ci;
+    v_advised boolean := false;
+    v_general boolean := false;
+BEGIN
+    WHILE v_first > 0 AND NOT agentdb_private.sentence_ends_before(p_text, p_clauses, v_first) LOOP
+        v_first := v_first - 1;
+    END LOOP;
+    WHILE v_last + 1 < jsonb_array_length(p_clauses)
+        AND NOT agentdb_private.sentence_ends_before(p_text, p_clauses, v_last + 1) LOOP
+        v_last := v_last + 1;
+    END LOOP;
+    FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
+        IF (p_claims -> v_ki ->> 'start')::integer >= (p_clauses -> v_first ->> 'start')::integer
+            AND (p_claims -> v_ki ->> 'start')::integer < (p_clauses -> v_last ->> 'end')::integer THEN
+            RETURN false;
+        END IF;
+    END LOOP;
+    -- (The clause's own condition or offer governs it only where it starts
+    -- before its words of doing: the callers ask that themselves. "I also book
+    -- you Saturday instead" tells an action.)
+    FOR v_i IN v_first .. p_ci LOOP
+        IF v_i < p_ci AND agentdb_private.clause_has(p_text, p_clauses -> v_i, 'advising') THEN
+            v_advised := true;
+        END IF;
+        v_general := agentdb_private.clause_has(p_text, p_clauses -> v_i, 'general');
+        EXIT WHEN v_general;
+    END LOOP;
+    v_advised := v_advised OR v_general;
+    RETURN v_advised AND (v_general OR NOT agentdb_private.clause_has(p_text, p_clauses -> p_ci, 'topic'))
+        AND NOT agentdb_private.clause_has(p_text, p_clauses -> p_ci, 'stated');
+END
+$$;
+
 -- (p_model_text, the reply as sent, was added: normalised only when p_text,
 -- the normalised one, is NULL and a fact needs its words.)
 DROP FUNCTION IF EXISTS agentdb_private.facts_mismatch(agentdb_private.tasks, record, text, jsonb, jsonb, jsonb, boolean);
@@ -934,10 +986,14 @@ BEGIN
         -- text at 7:55 can warn her"). One that names the thing states them
         -- ("If you need anything, your reminder is at 9am").
         -- (The text normalised once a call, only where this is asked.)
-        IF NOT v_claimed AND NOT v_after_claim AND NOT p_only_claims AND v_index > 0 THEN
+        -- A sentence of advice that claims nothing states none (clause_in_advice).
+        IF NOT v_claimed AND NOT p_only_claims THEN
             v_norm := coalesce(v_norm, agentdb_private.normalised_reply(p_text, p_model_text));
-            CONTINUE WHEN agentdb_private.clause_opens_if(v_norm, p_clauses, v_index - 1)
-                AND NOT agentdb_private.clause_has(p_text, v_clause, 'topic');
+            CONTINUE WHEN NOT v_after_claim AND v_index > 0
+                AND agentdb_private.clause_opens_if(v_norm, p_clauses, v_index - 1)
+                AND NOT agentdb_private.clause_has(p_text, v_clause, 'topic')
+                AND NOT agentdb_private.clause_has(p_text, v_clause, 'stated');
+            CONTINUE WHEN agentdb_private.clause_in_advice(v_norm, p_clauses, p_claims, v_index);
         END IF;
         -- What the verified steps wrote, read once, when the first fact needs
         -- it; and the counts a reply may name: the number of verified steps,

@@ -471,7 +471,10 @@ BEGIN
                     AND agentdb_private.clause_holds_claim(p_clauses -> v_ci, p_claims)))
             AND NOT (agentdb_private.clause_has(v_text, p_clauses -> v_ci, 'nonstating')
                      AND agentdb_private.clause_extra_governed(v_text, p_clauses -> v_ci, 'nonstating'))
-            AND agentdb_private.clause_words(v_text, p_clauses -> v_ci, 'extra_not', 1) IS NULL THEN
+            AND agentdb_private.clause_words(v_text, p_clauses -> v_ci, 'extra_not', 1) IS NULL
+            -- Advice tells what the user may do, not what was done ("If you were
+            -- sharing the court, let your partner know today").
+            AND NOT agentdb_private.clause_in_advice(v_text, p_clauses, p_claims, v_ci) THEN
             v_extra := v_extra + 1;
         END IF;
     END LOOP;
@@ -746,10 +749,14 @@ BEGIN
         IF NOT v_ok AND v_done IS NULL THEN
             v_ok := agentdb_private.clause_is_heading(p_text, v_clause, p_claims);
         END IF;
-        -- "inert" accepts a clause without a word of doing; one asked around is a question.
+        -- "inert" accepts a clause without a word of doing; one asked around is a
+        -- question; in a troubled task, one in a sentence of advice tells what
+        -- the user may do (where nothing was done, advice may be told as of a
+        -- thing in place: "Once you've called, tap Done").
         IF NOT v_ok AND v_done IS NULL THEN
             v_ok := ('inert' = ANY (v_accept) AND NOT agentdb_private.clause_has(p_text, v_clause, 'action'))
-                OR agentdb_private.clause_asked_around(p_text, p_clauses, v_ci);
+                OR agentdb_private.clause_asked_around(p_text, p_clauses, v_ci)
+                OR p_state = 'troubled' AND agentdb_private.clause_in_advice(p_text, p_clauses, p_claims, v_ci);
         END IF;
         IF NOT v_ok AND p_state = 'troubled' THEN
             v_class := agentdb_private.clause_success_class(p_text, p_clauses, v_ci, p_books);

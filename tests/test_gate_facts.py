@@ -369,6 +369,23 @@ CASES = [
     # set AB: one more action told in a verb's plain form after "also I"
     ("clean_cancel", "en", "Cancelled already. Also I book you Sunday same time.", False),
     ("clean_cancel", "en", "Cancelled already. Also I can book you Sunday if you want.", True),
+    # long replies: a sentence of advice (a condition, an offer or a general remark opens it, it
+    # holds no claim and states nothing done) states no fact of the write and tells no action taken
+    ("clean_insert", "en", "Reminder set for 8am tomorrow. Many people like a second nudge around 7:45, so "
+     "they have time to find a quiet spot.", True),
+    ("clean_cancel", "en", "Court 3 for tomorrow at 3pm is cancelled. If you fancy rebooking, weekday slots "
+     "around 6 or 7pm tend to be quieter.", True),
+    ("clean_update", "zh", "已经改到明早9点了。很多人会在8点50先看一眼手机，留点准备时间。", True),
+    ("clean_refund", "zh", "89元已经退回去了。一般来说，银行卡要3到7个工作日到账。", True),
+    ("clean_cancel", "en", "Your court 3 booking for tomorrow is cancelled. If you were playing with a "
+     "friend, let them know today.", True),
+    ("clean_bulk", "zh", "5個提醒都已標為完成。如果有部分是每日都要做的，可以考慮改為每日重複。", True),
+    # ... but a claim in the sentence, or a clause stating something done, still counts
+    ("clean_insert", "en", "Reminder set for tomorrow. If it helps, I've set it for 9am.", False),
+    ("clean_insert", "en", "Reminder set for tomorrow. If you were worried, it's locked in for 9am.", False),
+    # a field telling one more action
+    ("clean_delete", "en", "Done, the reminder is deleted.\n- Verified: yes\n- Your boss notified: yes, "
+     "by email", False),
 ]
 
 
@@ -528,6 +545,12 @@ RECOGNISED = [
      "in a minute?", True),
     ("duplicate", "en", "You already have it, so no new one for 8am was made.", True),
     ("empty_chat", "en", "2-5pm UK time works best. I've gone ahead and set a reminder for 3pm tomorrow.",
+     False),
+    # a sentence of advice tells what the user may do
+    ("partial", "zh", "明早8点的提醒设好了，3号场3点被别人订了，没订上。一般来说，工作日下午的场地"
+     "比较好约。", True),
+    ("duplicate", "zh", "这个提醒之前已经有了，没有再建新的。很多人会另外设一个闹钟备用。", True),
+    ("refused", "en", "Sorry, you're logged out. If you're wondering, the reminder is all set for 8am.",
      False),
 ]
 
