@@ -111,7 +111,7 @@ $$;
 -- "unaffected", 照旧; a clause that states no fact of what was written); also
 -- (a clause that names another thing: "other", "too", 其他, 也); advising (a
 -- condition, an offer or a general remark: "many people", "as a tip", 一般,
--- 很多人; clause_in_advice); general and stated alone; and
+-- 很多人; clause_in_advice); future, general, stated and yes alone; and
 -- per state of accept (troubled, empty_action) its needs (and its needs but
 -- ack, for a clause whose ack is negated: unack), and the rest of what
 -- it accepts (without ack, asked on its own, and the pseudo-label inert); and
@@ -125,10 +125,11 @@ AS $$
     SELECT v.name, v.labels
       FROM (VALUES ('ack', ARRAY['ack']), ('ack_all', ARRAY['ack_all']), ('action', ARRAY['action']),
                    ('advising', ARRAY['condition', 'general', 'offer']),
-                   ('also', ARRAY['also']), ('draft', ARRAY['draft']), ('general', ARRAY['general']),
+                   ('also', ARRAY['also']), ('draft', ARRAY['draft']), ('future', ARRAY['future']),
+                   ('general', ARRAY['general']),
                    ('nonstating', ARRAY['condition', 'nothing_done', 'offer', 'question']),
                    ('pending', ARRAY['condition', 'draft', 'nothing_done', 'offer']),
-                   ('stated', ARRAY['stated']),
+                   ('stated', ARRAY['stated']), ('yes', ARRAY['yes']),
                    ('unack', ARRAY['unack'])) AS v (name, labels)
     UNION ALL
     SELECT st.state || '.needs',

@@ -1121,6 +1121,11 @@ BEGIN
     IF jsonb_typeof(p_clause -> 'labels') = 'array' AND NOT p_clause -> 'labels' ? 'stated' THEN
         RETURN NULL;
     END IF;
+    -- A Chinese question asks with its last word ("我的提醒设好了吗?"): it states nothing.
+    IF agentdb_private.clause_asks(p_clause)
+        AND right(rtrim(agentdb_private.clause_text(p_text, p_clause)), 1) IN ('吗', '么', '呢') THEN
+        RETURN NULL;
+    END IF;
     -- The clause as clause_has reads it (clause_text, fold_for); the compiled
     -- rules read in place, by index. The governing labels' alternation per
     -- language is built once, when the patterns are loaded (claim_doc_compiled's

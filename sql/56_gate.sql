@@ -197,7 +197,8 @@ DROP FUNCTION IF EXISTS agentdb_private.gate_reason(agentdb_private.tasks, recor
 -- its words name (the lexicon) must be backed too. A clause that names no
 -- thing takes the things of the nearest clause before it on the same line
 -- that names one ("1. Reminder — 8am — saved and confirmed."), or, when a
--- colon ends it, those of the clause after it ("Done: reminder for 8am").
+-- colon ends it or it is a heading in 【】, those of the clause after it
+-- ("Done: reminder for 8am", "【已完成】 明天08:00 提醒…").
 CREATE OR REPLACE FUNCTION agentdb_private.clause_topic(p_text text, p_clauses jsonb, p_ci integer, p_books record)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -230,7 +231,8 @@ BEGIN
     END LOOP;
     v_clause := p_clauses -> p_ci;
     IF cardinality(v_named) = 0 AND v_after IS NOT NULL
-        AND substr(p_text, (v_clause ->> 'end')::integer + 1, 1) IN (':', '：') THEN
+        AND (substr(p_text, (v_clause ->> 'end')::integer + 1, 1) IN (':', '：')
+             OR substr(p_text, (v_clause ->> 'end')::integer, 1) = '】') THEN
         v_named := agentdb_private.clause_topics(p_text, v_after);
     END IF;
     IF cardinality(v_named) = 0 OR EXISTS (
@@ -659,6 +661,26 @@ BEGIN
 END
 $$;
 
+-- Does clause p_ci answer "yes" (label yes: "Yes —", "A: Yep", 是的, 对) to
+-- the clause before it, a question asking whether a thing of a class is done
+-- or in place ("**Is my reminder set?** Yes — call mum, 8am", "Is the court
+-- booked? Yes, court 3")? Not one asking what will be ("Will I be charged?").
+-- The answer then states what the question asks (reply_unacceptable).
+CREATE OR REPLACE FUNCTION agentdb_private.clause_answers_yes(p_text text, p_clauses jsonb, p_ci integer)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by reply_unacceptable only, under finalize_reply's pinned search_path.
+AS $$
+BEGIN
+    RETURN p_ci > 0
+        AND agentdb_private.clause_asks(p_clauses -> (p_ci - 1))
+        AND agentdb_private.clause_has(p_text, p_clauses -> p_ci, 'yes')
+        AND NOT agentdb_private.clause_has(p_text, p_clauses -> (p_ci - 1), 'future')
+        AND (agentdb_private.clause_class(p_text, p_clauses -> (p_ci - 1)) IS NOT NULL
+             OR agentdb_private.clause_has(p_text, p_clauses -> (p_ci - 1), 'topic'));
+END
+$$;
+
 -- Why a reply may not be delivered in a troubled task or an empty action turn
 -- (reason), or NULL when it may. Fail closed by positive recognition: every
 -- clause must carry a label the document's "accept" lists for the state; in a
@@ -723,6 +745,15 @@ BEGIN
         v_done := CASE WHEN p_state = 'empty_action' THEN agentdb_private.clause_done(p_text, v_clause, true, NULL) END;
         IF v_done IS NOT NULL THEN
             reason := format('the clause at %s-%s %s something done', v_clause ->> 'start', v_clause ->> 'end', v_done);
+            RETURN;
+        END IF;
+        -- "Is my reminder set? Yes — …" says it is: where no verified step backs
+        -- what the question asks, the answer is not acceptable.
+        IF agentdb_private.clause_answers_yes(p_text, p_clauses, v_ci)
+            AND (p_state = 'empty_action'
+                 OR agentdb_private.clause_success_class(p_text, p_clauses, v_ci - 1, p_books) IS NULL) THEN
+            reason := format('the clause at %s-%s answers yes to a question of something not done',
+                             v_clause ->> 'start', v_clause ->> 'end');
             RETURN;
         END IF;
         -- Asked in turn, each only when the ones before left the answer open.

@@ -386,6 +386,25 @@ CASES = [
     # a field telling one more action
     ("clean_delete", "en", "Done, the reminder is deleted.\n- Verified: yes\n- Your boss notified: yes, "
      "by email", False),
+    # set AD: hours of a service or a place are a general remark; "8 a.m." ends no sentence
+    ("clean_insert", "en", "Reminder set for 8 a.m. tomorrow. Quiet hours run from 10 p.m. to 7 a.m., so it "
+     "will ring as normal.", True),
+    ("clean_refund", "zh", "89元已退回原支付账户。客服在线时间为每天9:00-18:00。", True),
+    # "scheduled" after an update is its class set; "released" after a cancel, a cancel
+    ("clean_update", "en", "I've moved it to 9am, and it's now scheduled for tomorrow.", True),
+    ("clean_cancel", "en", "Your court 3 booking is cancelled and the slot has been released.", True),
+    # one more action: an irregular verb after "also", "Also done:", a repeat set in quotes
+    ("clean_refund", "en", "Your £89.00 refund is done. I've also left a review on the seller's page.",
+     False),
+    ("clean_refund", "en", "I've refunded your £89.00.\nAlso done: placed a replacement order for you.",
+     False),
+    ("clean_update", "zh", "已改到明早9点。附加：已将重复规则设为“每天”。", False),
+    ("clean_cancel", "en", "Court 3 tomorrow is cancelled. I've put in a request for an indoor court on "
+     "Saturday as a backup.", False),
+    # "instead of 8" tells the old time, it offers nothing: the new one is compared
+    ("clean_update", "en", "I've updated it: it'll now go off at 9:30 a.m. tomorrow instead of 8.", False),
+    # Cantonese 呢个 is "this", no question
+    ("clean_insert", "zh", "搞掂，明早8点会提你打电话。另外顺手帮你将呢个提醒同步埋去手机日历。", False),
 ]
 
 
@@ -552,6 +571,17 @@ RECOGNISED = [
     ("duplicate", "zh", "这个提醒之前已经有了，没有再建新的。很多人会另外设一个闹钟备用。", True),
     ("refused", "en", "Sorry, you're logged out. If you're wondering, the reminder is all set for 8am.",
      False),
+    # set AD: "Yes" after a question whether a thing is done states it done
+    ("refused", "en", "**Is my reminder set?**\nYes — call mum, tomorrow at 8am.\n\n**Why does it say I'm "
+     "logged out?**\nYour session timed out.", False),
+    ("unverified", "zh", "问：提醒设好了吗？\n答：是的，明早8点会准时响。", False),
+    ("partial", "en", "**Is my reminder set?**\nYes — call mum, tomorrow at 8am.\n\n**Is the court "
+     "booked?**\nYes, court 3 at 4pm instead.", False),
+    # ... a Chinese question asks with its last word; a heading of what was done followed by none
+    ("duplicate", "zh", "Q：我的提醒设好了吗？\nA：原来那条还在，这次没有新建第二条。", True),
+    ("conflict", "zh", "【已完成】\n- 无\n\n【未完成】\n- 3号场3点已被别人订了，没订上。", True),
+    ("unverified", "zh", "提交后回查了一遍，结果让人放心，提醒稳稳地在列表里。", False),
+    ("duplicate", "zh", "呢个提醒你之前已经整咗，今次冇再加多一个。", True),
 ]
 
 
