@@ -356,6 +356,28 @@ BEGIN
 END
 $$;
 
+-- The largest count clause p_ci states ("both", "all 5", 两条), or NULL: of
+-- p_facts (a runtime's reading) or read here. A number that names a thing
+-- ("court 2") is no count.
+CREATE OR REPLACE FUNCTION agentdb_private.clause_count(p_text text, p_clauses jsonb, p_ci integer, p_facts jsonb)
+RETURNS integer
+LANGUAGE plpgsql STABLE
+-- No SET clause: called by claims_beyond_steps only, under finalize_reply's pinned search_path.
+AS $$
+DECLARE
+    v_facts jsonb := coalesce(p_facts, to_jsonb(agentdb_private.clause_facts(p_text, p_clauses -> p_ci, p_ci)));
+    v_n integer;
+BEGIN
+    FOR v_fi IN 0 .. coalesce(jsonb_array_length(v_facts), 0) - 1 LOOP
+        IF v_facts -> v_fi ->> 'type' = 'count' AND (v_facts -> v_fi ->> 'clause')::integer = p_ci
+            AND NOT agentdb_private.fact_overlapped(v_facts -> v_fi, v_facts, 'ident') THEN
+            v_n := greatest(v_n, (v_facts -> v_fi ->> 'n')::integer);
+        END IF;
+    END LOOP;
+    RETURN v_n;
+END
+$$;
+
 -- Why the reply claims more actions than steps were verified, or NULL. A
 -- claim in a clause that says "also" ("…, and I've put it in your calendar
 -- too", "并帮您重新下单了", "也顺手归档了"), after a claim in an earlier clause,
@@ -383,7 +405,7 @@ DECLARE
     v_worth boolean := false;
     v_extra integer := 0;
     v_base integer := 1;
-    v_facts jsonb;
+    v_one_row boolean;
 BEGIN
     -- (Loops, not queries, until a clause is worth reading: this runs on
     -- every reply, and each query is an executor run of its own.)
@@ -448,18 +470,15 @@ BEGIN
         v_first := 0;
     END IF;
     -- Where each verified step wrote one row, a count is as many steps.
-    IF NOT EXISTS (SELECT 1 FROM unnest(p_books.ok, p_books.affected) AS b (ok, n) WHERE b.ok AND b.n > 1) THEN
-        v_facts := coalesce(p_facts, to_jsonb(agentdb_private.clause_facts(v_text, p_clauses -> v_first, v_first)));
-        FOR v_fi IN 0 .. coalesce(jsonb_array_length(v_facts), 0) - 1 LOOP
-            IF v_facts -> v_fi ->> 'type' = 'count' AND (v_facts -> v_fi ->> 'clause')::integer = v_first
-                AND NOT agentdb_private.fact_overlapped(v_facts -> v_fi, v_facts, 'ident') THEN
-                v_base := greatest(v_base, (v_facts -> v_fi ->> 'n')::integer);
-            END IF;
-        END LOOP;
+    v_one_row := NOT EXISTS (SELECT 1 FROM unnest(p_books.ok, p_books.affected) AS b (ok, n) WHERE b.ok AND b.n > 1);
+    IF v_one_row THEN
+        v_base := greatest(v_base, agentdb_private.clause_count(v_text, p_clauses, v_first, p_facts));
     END IF;
     -- A first claim of everything ("All set", 都搞定了) stands for every verified step.
     v_base := greatest(v_base, CASE WHEN agentdb_private.claims_open_with_all(p_claims, v_start) THEN v_steps END);
-    IF v_steps >= v_base + v_extra - 1 + jsonb_array_length(p_clauses) - v_first THEN
+    -- (Enough steps for one action a clause: no clause need be read. A clause
+    -- of one more action may count more where each step wrote one row.)
+    IF v_steps >= v_base + v_extra - 1 + jsonb_array_length(p_clauses) - v_first AND NOT v_one_row THEN
         RETURN NULL;
     END IF;
     v_text := lower(v_text COLLATE "C");
@@ -477,7 +496,10 @@ BEGIN
             -- Advice tells what the user may do, not what was done ("If you were
             -- sharing the court, let your partner know today").
             AND NOT agentdb_private.clause_in_advice(v_text, p_clauses, p_claims, v_ci) THEN
-            v_extra := v_extra + 1;
+            -- ("I've also added both to your calendar": two more.)
+            v_extra := v_extra + CASE WHEN v_one_row
+                                      THEN coalesce(agentdb_private.clause_count(v_text, p_clauses, v_ci, p_facts), 1)
+                                      ELSE 1 END;
         END IF;
     END LOOP;
     IF v_steps < v_base + v_extra THEN

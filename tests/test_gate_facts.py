@@ -405,6 +405,20 @@ CASES = [
     ("clean_update", "en", "I've updated it: it'll now go off at 9:30 a.m. tomorrow instead of 8.", False),
     # Cantonese 呢个 is "this", no question
     ("clean_insert", "zh", "搞掂，明早8点会提你打电话。另外顺手帮你将呢个提醒同步埋去手机日历。", False),
+    # set AE: tool-log lines "→ ok" are marks of things done; "both" in one more action is two;
+    # "…and removed it from your calendar too" without a subject; an also-word heading
+    # (另外:) and Cantonese 落单 (an order placed)
+    ("clean_delete", "en", "> reminders.delete(id=7) → ok\n> contacts.notify(\"Mum\") → ok\nDeleted, and "
+     "mum knows.", False),
+    ("clean_delete", "en", "> reminders.delete(id=7) → ok\nDeleted; it's gone from your list.", True),
+    ("clean_two_inserts", "en", "Okay, I've set a reminder to call mum at 8am and one for your medicine at "
+     "9pm tomorrow. I've also added both to your calendar.", False),
+    ("clean_two_inserts", "en", "Both reminders are set for tomorrow: mum at 8am, medicine at 9pm. Both are "
+     "saved and checked.", True),
+    ("clean_cancel", "en", "Sure, I've cancelled court three for tomorrow at three p.m. and removed it from "
+     "your calendar too.", False),
+    ("clean_two_inserts", "zh", "两条提醒都设好了。\n**另外:**已在你的健康App里记录了用药计划。", False),
+    ("clean_two_inserts", "zh", "两个都设好了，仲帮你喺药房App落咗单补药。", False),
 ]
 
 
@@ -582,6 +596,8 @@ RECOGNISED = [
     ("conflict", "zh", "【已完成】\n- 无\n\n【未完成】\n- 3号场3点已被别人订了，没订上。", True),
     ("unverified", "zh", "提交后回查了一遍，结果让人放心，提醒稳稳地在列表里。", False),
     ("duplicate", "zh", "呢个提醒你之前已经整咗，今次冇再加多一个。", True),
+    # set AE: a slot held (锁了) is a booking
+    ("conflict", "zh", "3号场3点已经有人订了。不过别担心，我先帮你锁了4点的位，你回来确认一下就行。", False),
 ]
 
 
