@@ -833,7 +833,8 @@ CREATE OR REPLACE FUNCTION agentdb_private.clause_in_advice(
 )
 RETURNS boolean
 LANGUAGE plpgsql STABLE
--- No SET clause: called by facts_mismatch and claims_beyond_steps, under finalize_reply's pinned search_path.
+-- No SET clause: called by facts_mismatch, claims_beyond_steps and reply_unacceptable,
+-- under finalize_reply's pinned search_path.
 AS $$
 DECLARE
     v_first integer := p_ci;
@@ -1121,8 +1122,10 @@ BEGIN
     IF jsonb_typeof(p_clause -> 'labels') = 'array' AND NOT p_clause -> 'labels' ? 'stated' THEN
         RETURN NULL;
     END IF;
-    -- A Chinese question asks with its last word ("我的提醒设好了吗?"): it states nothing.
-    IF agentdb_private.clause_asks(p_clause)
+    -- A Chinese question asks with its last word before a question mark
+    -- ("我的提醒设好了吗?"): it states nothing. (The mark read in the text, alike
+    -- for a runtime's clause and a frame: "设好了呢" with no mark states it.)
+    IF left(ltrim(substr(p_text, (p_clause ->> 'end')::integer + 1, 4)), 1) IN ('?', '？')
         AND right(rtrim(agentdb_private.clause_text(p_text, p_clause)), 1) IN ('吗', '么', '呢') THEN
         RETURN NULL;
     END IF;

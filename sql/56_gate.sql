@@ -197,8 +197,8 @@ DROP FUNCTION IF EXISTS agentdb_private.gate_reason(agentdb_private.tasks, recor
 -- its words name (the lexicon) must be backed too. A clause that names no
 -- thing takes the things of the nearest clause before it on the same line
 -- that names one ("1. Reminder — 8am — saved and confirmed."), or, when a
--- colon ends it or it is a heading in 【】, those of the clause after it
--- ("Done: reminder for 8am", "【已完成】 明天08:00 提醒…").
+-- colon ends it or it is a heading in 【】 on its line, those of the clause
+-- after it ("Done: reminder for 8am", "【已完成】⏎明天08:00 提醒…").
 CREATE OR REPLACE FUNCTION agentdb_private.clause_topic(p_text text, p_clauses jsonb, p_ci integer, p_books record)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -769,20 +769,22 @@ BEGIN
             reason := format('the clause at %s-%s %s something done', v_clause ->> 'start', v_clause ->> 'end', v_done);
             RETURN;
         END IF;
-        -- "Is my reminder set? Yes — …" says it is: where no verified step backs
-        -- what the question asks, the answer is not acceptable.
-        IF agentdb_private.clause_answers_yes(p_text, p_clauses, v_ci)
-            AND (p_state = 'empty_action'
-                 OR agentdb_private.clause_success_class(p_text, p_clauses, v_ci - 1, p_books) IS NULL) THEN
-            reason := format('the clause at %s-%s answers yes to a question of something not done',
-                             v_clause ->> 'start', v_clause ->> 'end');
-            RETURN;
-        END IF;
         -- Asked in turn, each only when the ones before left the answer open.
         -- A failure word negated ("no conflicts", "没有冲突") or a reassurance
         -- ("you won't miss it", "不用担心") acknowledges nothing.
         -- (Asked only of a clause that would acknowledge or meet a need.)
         v_ack := p_state = 'troubled' AND agentdb_private.clause_acks(p_text, v_clause, v_families);
+        -- "Is my reminder set? Yes — …" says it is: where no verified step backs
+        -- what the question asks, the answer is not acceptable (an answer to a
+        -- question that acknowledges the failure, "Was it rejected? Yes, …", is).
+        IF NOT v_ack AND agentdb_private.clause_answers_yes(p_text, p_clauses, v_ci)
+            AND (p_state = 'empty_action'
+                 OR NOT agentdb_private.clause_acks(p_text, p_clauses -> (v_ci - 1), v_families)
+                    AND agentdb_private.clause_success_class(p_text, p_clauses, v_ci - 1, p_books) IS NULL) THEN
+            reason := format('the clause at %s-%s answers yes to a question of something not done',
+                             v_clause ->> 'start', v_clause ->> 'end');
+            RETURN;
+        END IF;
         v_need := cardinality(v_needs) > 0 AND agentdb_private.clause_has(p_text, v_clause, p_state || '.needs');
         IF v_need AND agentdb_private.clause_has(p_text, v_clause, 'unack') THEN
             v_need := agentdb_private.clause_has(p_text, v_clause, p_state || '.needs_noack');

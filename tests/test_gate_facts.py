@@ -419,6 +419,8 @@ CASES = [
      "your calendar too.", False),
     ("clean_two_inserts", "zh", "两条提醒都设好了。\n**另外:**已在你的健康App里记录了用药计划。", False),
     ("clean_two_inserts", "zh", "两个都设好了，仲帮你喺药房App落咗单补药。", False),
+    # a desk or a team may act: "let the front desk know" is one more action, no general remark
+    ("clean_insert", "en", "Reminder set for 8am tomorrow. I've also let the front desk know.", False),
 ]
 
 
@@ -598,6 +600,11 @@ RECOGNISED = [
     ("duplicate", "zh", "呢个提醒你之前已经整咗，今次冇再加多一个。", True),
     # set AE: a slot held (锁了) is a booking
     ("conflict", "zh", "3号场3点已经有人订了。不过别担心，我先帮你锁了4点的位，你回来确认一下就行。", False),
+    # "yes" answers only what it does not acknowledge; 对不起 is no "yes"; "设好了呢" with no
+    # question mark states it done, on both paths
+    ("conflict", "zh", "3点的场能订吗？对不起，3点已经被别人订了，没订上。", True),
+    ("conflict", "en", "Was my booking rejected?\nYes, someone else already has court 3 at 3pm.", True),
+    ("empty_action", "zh", "已经帮你设好了呢", False),
 ]
 
 
