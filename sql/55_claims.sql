@@ -1012,6 +1012,17 @@ AS $$
            + nullif(strpos(agentdb_private.clause_text(p_text, p_clause), '('), 0) - 1
 $$;
 
+-- Does a claim start in this clause (or span: {start, end})?
+CREATE OR REPLACE FUNCTION agentdb_private.clause_holds_claim(p_clause jsonb, p_claims jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(p_claims, '[]')) AS k
+                    WHERE (k ->> 'start')::integer >= (p_clause ->> 'start')::integer
+                      AND (k ->> 'start')::integer < (p_clause ->> 'end')::integer)
+$$;
+
 CREATE OR REPLACE FUNCTION agentdb_private.fold_for(p_li integer, p_s text)
 RETURNS text
 LANGUAGE sql IMMUTABLE

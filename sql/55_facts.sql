@@ -849,12 +849,10 @@ BEGIN
         AND NOT agentdb_private.sentence_ends_before(p_text, p_clauses, v_last + 1) LOOP
         v_last := v_last + 1;
     END LOOP;
-    FOR v_ki IN 0 .. coalesce(jsonb_array_length(p_claims), 0) - 1 LOOP
-        IF (p_claims -> v_ki ->> 'start')::integer >= (p_clauses -> v_first ->> 'start')::integer
-            AND (p_claims -> v_ki ->> 'start')::integer < (p_clauses -> v_last ->> 'end')::integer THEN
-            RETURN false;
-        END IF;
-    END LOOP;
+    IF agentdb_private.clause_holds_claim(jsonb_build_object('start', p_clauses -> v_first -> 'start',
+                                                             'end', p_clauses -> v_last -> 'end'), p_claims) THEN
+        RETURN false;
+    END IF;
     -- (The clause's own condition or offer governs it only where it starts
     -- before its words of doing: the callers ask that themselves. "I also book
     -- you Saturday instead" tells an action.)

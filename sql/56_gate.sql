@@ -287,17 +287,6 @@ BEGIN
 END
 $$;
 
--- Does a claim start in this clause?
-CREATE OR REPLACE FUNCTION agentdb_private.clause_holds_claim(p_clause jsonb, p_claims jsonb)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(p_claims, '[]')) AS k
-                    WHERE (k ->> 'start')::integer >= (p_clause ->> 'start')::integer
-                      AND (k ->> 'start')::integer < (p_clause ->> 'end')::integer)
-$$;
-
 -- Does a clause hold one of the plain strings an extra action needs
 -- (extra_any)? Only such a clause is searched for one (claims_beyond_steps).
 CREATE OR REPLACE FUNCTION agentdb_private.clause_may_be_extra(p_text text, p_clause jsonb)
